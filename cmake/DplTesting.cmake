@@ -1,0 +1,18 @@
+# dpl_add_test(NAME name SOURCES ... [LIBS ...] [TIMEOUT s])
+# A Criterion test binary registered with CTest. Reports go to a file so the
+# Criterion summary line ("[====] Synthesis: ...") stays on stderr.
+function(dpl_add_test)
+  cmake_parse_arguments(T "" "NAME;TIMEOUT" "SOURCES;LIBS" ${ARGN})
+  add_executable(${T_NAME} ${T_SOURCES})
+  target_link_libraries(${T_NAME} PRIVATE ${T_LIBS} PkgConfig::CRITERION dpl_warnings)
+  target_compile_definitions(${T_NAME} PRIVATE
+    DPL_PROFILES_DIR="${DPL_PROFILES_DIR}"
+    DPL_TEST_DATA_DIR="${CMAKE_CURRENT_SOURCE_DIR}/data"
+    DPL_BINARY_DIR="${CMAKE_BINARY_DIR}")
+  add_test(NAME ${T_NAME} COMMAND ${T_NAME} --jobs=2
+           --xml=${CMAKE_CURRENT_BINARY_DIR}/${T_NAME}.xml)
+  if(NOT T_TIMEOUT)
+    set(T_TIMEOUT 300)
+  endif()
+  set_tests_properties(${T_NAME} PROPERTIES TIMEOUT ${T_TIMEOUT})
+endfunction()

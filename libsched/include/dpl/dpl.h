@@ -1,0 +1,12 @@
+/*
+ * dpl/dpl.h - the one header users include. Backend authors include
+ * <dpl/transport.h> or <dpl/device.h> instead.
+ */
+#ifndef DPL_DPL_H
+#define DPL_DPL_H
+
+#include <dpl/common.h>
+#include <dpl/schedule.h>
+#include <dpl/sim.h>
+
+#endif /* DPL_DPL_H */

@@ -1,0 +1,166 @@
+/*
+ * dpl/sim.h - the discrete-event schedule simulator.
+ *
+ * It replays a schedule's compute actions, rank by rank in list order:
+ * an action starts when its rank is free and its inputs are there. An
+ * input made on another rank crosses a link: each directed rank pair is
+ * one FIFO link that is busy for bytes / bandwidth and delivers latency
+ * later. The gradients of a stage are reduced over its replicas once its
+ * last backward is done, without holding the rank (a communication
+ * stream), with the ring model
+ *     2 (n - 1) / n * bytes / ar_bandwidth + 2 (n - 1) * ar_latency;
+ * the stage's STEP waits for that reduction. Lowered and compute-only
+ * schedules simulate the same (communication actions cost nothing by
+ * themselves; the links carry their time).
+ *
+ * Output: makespan, bubble fraction, per-rank busy time, per-stage peak
+ * in-flight micro-batches and peak activation bytes, every compute and
+ * transfer interval (for the Chrome trace and the ASCII timeline).
+ *
+ * Threads: a dpl_sim is immutable once built; concurrent readers are safe.
+ */
+#ifndef DPL_SIM_H
+#define DPL_SIM_H
+
+#include <stdio.h>
+
+#include <dpl/common.h>
+#include <dpl/schedule.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/*
+ * Simulation parameters. Zero-initialise; unset members take the defaults
+ * given. All times in one unit of the caller's choice (the CLI uses
+ * milliseconds for profiles and abstract units for F=1, B=2).
+ */
+struct dpl_sim_params {
+	/* Per-stage costs (dpl_schedule_stages() entries), or NULL to use
+	 * `uniform` for every stage. */
+	const struct dpl_stage_cost *costs;
+	struct dpl_stage_cost uniform; /* all zero: F=1, B=2, I=W=1 */
+
+	/* Links between ranks; bandwidth 0 = infinite (latency only). */
+	double link_latency;   /* per transfer */
+	double link_bandwidth; /* bytes per time unit */
+	/* Bytes stage s sends forward per micro-batch (its activation) and
+	 * backward (its input gradient). NULL = 0 bytes. grad_bytes NULL
+	 * with activation_bytes set: the input gradient has the size of the
+	 * previous stage's activation. */
+	const uint64_t *activation_bytes; /* S entries */
+	const uint64_t *grad_bytes;       /* S entries */
+
+	/* Gradient reduction per stage over replicas[s] copies of
+	 * param_bytes[s] bytes. NULL replicas = 1 (no reduction). */
+	const uint32_t *replicas;   /* S entries */
+	const uint64_t *param_bytes; /* S entries */
+	double ar_bandwidth;        /* bytes per time unit; 0 = infinite */
+	double ar_latency;          /* per ring step */
+
+	double step_cost; /* duration of each STEP (default 0) */
+};
+
+typedef struct dpl_sim dpl_sim;
+
+/* Per-stage results. */
+struct dpl_sim_stage_stats {
+	uint32_t rank;            /* rank the stage runs on */
+	double busy;              /* compute time of the stage's actions */
+	double finish;            /* end of its last action (incl. STEP) */
+	double reduce_start;      /* start of its gradient reduction */
+	double reduce_end;        /* its end (== start without replicas) */
+	uint32_t peak_inflight;   /* micro-batches alive at once, peak */
+	uint64_t peak_activation_bytes; /* peak_inflight * activation bytes */
+};
+
+/* Whole-schedule results. */
+struct dpl_sim_summary {
+	double makespan;        /* end of the last action anywhere */
+	double bubble_fraction; /* 1 - sum(rank busy) / (ranks * makespan) */
+	double total_busy;      /* sum of all compute time */
+	uint32_t ranks;
+	uint32_t stages;
+};
+
+/* One interval of the replay, for traces. */
+enum dpl_sim_event_kind {
+	DPL_SIM_COMPUTE = 0, /* a compute action on `rank` */
+	DPL_SIM_TRANSFER = 1, /* a transfer from `rank` to `peer` */
+	DPL_SIM_REDUCE = 2,   /* a stage's gradient reduction */
+	DPL_SIM_STEP = 3      /* a stage's optimizer step */
+};
+
+struct dpl_sim_event {
+	uint32_t kind;            /* enum dpl_sim_event_kind */
+	uint32_t rank;            /* where it runs (sender for transfers) */
+	uint32_t peer;            /* receiver for transfers, else rank */
+	struct dpl_action action; /* compute action, or the producer for a
+	                             transfer, REDUCE_GRAD / STEP */
+	double start;
+	double end;
+};
+
+/*
+ * dpl_sim_run - simulate `s` (compute-only or lowered) under `p` (NULL:
+ * all defaults). On success *out owns the result (dpl_sim_destroy).
+ * Errors: DPL_EINVAL for a negative or non-finite cost, bandwidth or
+ * latency (named in dpl_last_error()), DPL_ESCHED / DPL_EDEADLOCK as
+ * dpl_schedule_validate() reports them (the schedule is validated first),
+ * DPL_ENOMEM. O(actions) time and memory. Thread-safe.
+ */
+DPL_EXTERN int dpl_sim_run(const dpl_schedule *s,
+			   const struct dpl_sim_params *p, dpl_sim **out);
+
+/* dpl_sim_destroy - free a result; NULL is a no-op. */
+DPL_EXTERN void dpl_sim_destroy(dpl_sim *sim);
+
+/* dpl_sim_summary - copy the totals into *out. */
+DPL_EXTERN void dpl_sim_summary(const dpl_sim *sim,
+				struct dpl_sim_summary *out);
+
+/* Busy time of rank r (0 when out of range). */
+DPL_EXTERN double dpl_sim_rank_busy(const dpl_sim *sim, uint32_t rank);
+
+/*
+ * dpl_sim_stage - copy stage `stage`'s results into *out; DPL_EINVAL when
+ * the stage is out of range (*out untouched).
+ */
+DPL_EXTERN int dpl_sim_stage(const dpl_sim *sim, uint32_t stage,
+			     struct dpl_sim_stage_stats *out);
+
+/*
+ * dpl_sim_events - the replay's intervals, ordered by rank then start
+ * time; a pointer owned by the result and its count in *count.
+ */
+DPL_EXTERN const struct dpl_sim_event *dpl_sim_events(const dpl_sim *sim,
+						      size_t *count);
+
+/*
+ * dpl_sim_write_trace - Chrome trace-event JSON (opens in Perfetto and
+ * chrome://tracing): one complete ("X") event per compute action on a
+ * track per rank, transfers on a track per rank pair, flow arrows ("s"/
+ * "f") from each send to its receive, one time unit = `us_per_unit`
+ * microseconds (<= 0: 1000, i.e. milliseconds). DPL_EIO on a write
+ * error.
+ */
+DPL_EXTERN int dpl_sim_write_trace(const dpl_sim *sim, FILE *f,
+				   double us_per_unit);
+
+/*
+ * dpl_sim_write_ascii - the timeline for terminals: one row per rank, one
+ * column per `unit` of time (<= 0: the smallest compute cost), each
+ * action as its kind letter and micro-batch, continued with '-', idle as
+ * '.', e.g.
+ *     rank 0 |F0 F1 B0 -- F2 B1 -- ...
+ * Rows are wrapped every `width` columns (0: no wrapping). DPL_EIO on a
+ * write error.
+ */
+DPL_EXTERN int dpl_sim_write_ascii(const dpl_sim *sim, FILE *f, double unit,
+				   unsigned width);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* DPL_SIM_H */
