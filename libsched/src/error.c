@@ -51,7 +51,7 @@ int dpl__verror(int code, const char *fmt, va_list ap)
 	return code;
 }
 
-int dpl__error(int code, const char *fmt, ...)
+int dpl_set_error(int code, const char *fmt, ...)
 {
 	va_list ap;
 

@@ -23,7 +23,7 @@
  * Record `fmt` as the calling thread's last error and return `code`, so
  * that callers write `return dpl__error(DPL_EINVAL, "...", ...);`.
  */
-int dpl__error(int code, const char *fmt, ...) DPL__PRINTF(2, 3);
+#define dpl__error dpl_set_error
 int dpl__verror(int code, const char *fmt, va_list ap);
 
 /* One rank's growable action list. */

@@ -90,6 +90,18 @@ DPL_EXTERN const char *dpl_err_name(int err);
 DPL_EXTERN const char *dpl_last_error(void);
 
 /*
+ * dpl_set_error - record a printf-style message as the calling thread's
+ * dpl_last_error() and return `code` unchanged, so that a backend or a
+ * sibling library writes `return dpl_set_error(DPL_EINVAL, "tag %llu
+ * out of range", t);`. Never fails; long messages are truncated.
+ */
+DPL_EXTERN int dpl_set_error(int code, const char *fmt, ...)
+#if defined(__GNUC__)
+	__attribute__((format(printf, 2, 3)))
+#endif
+	;
+
+/*
  * dpl_version - the library's version string ("0.1.0"); it may differ from
  * DPL_VERSION_STRING when a program runs against a newer shared library.
  */
