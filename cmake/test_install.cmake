@@ -1,0 +1,54 @@
+# Installs the build tree into a scratch prefix and builds the consumer
+# project against it twice: through find_package(dpl) and through dpl.pc.
+# Run with -DBUILD_DIR=... -DSOURCE_DIR=... -DWORK_DIR=...
+file(REMOVE_RECURSE ${WORK_DIR})
+execute_process(COMMAND ${CMAKE_COMMAND} --install ${BUILD_DIR} --prefix ${WORK_DIR}/prefix
+                RESULT_VARIABLE rc OUTPUT_QUIET)
+if(rc)
+  message(FATAL_ERROR "cmake --install failed: ${rc}")
+endif()
+foreach(f include/dpl/dpl.h include/dpl/schedule.h)
+  if(NOT EXISTS ${WORK_DIR}/prefix/${f})
+    message(FATAL_ERROR "not installed: ${f}")
+  endif()
+endforeach()
+execute_process(COMMAND ${CMAKE_COMMAND} -S ${SOURCE_DIR}/libsched/tests/consumer
+                -B ${WORK_DIR}/cmake-build -DCMAKE_PREFIX_PATH=${WORK_DIR}/prefix
+                RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE out)
+if(rc)
+  message(FATAL_ERROR "find_package(dpl) consumer configure failed:\n${out}")
+endif()
+execute_process(COMMAND ${CMAKE_COMMAND} --build ${WORK_DIR}/cmake-build
+                RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE out)
+if(rc)
+  message(FATAL_ERROR "consumer build failed:\n${out}")
+endif()
+execute_process(COMMAND ${WORK_DIR}/cmake-build/consumer RESULT_VARIABLE rc
+                OUTPUT_VARIABLE out ERROR_VARIABLE out)
+if(rc)
+  message(FATAL_ERROR "consumer (find_package) failed: ${out}")
+endif()
+message(STATUS "find_package consumer: ${out}")
+# pkg-config
+find_program(PKG_CONFIG pkg-config REQUIRED)
+file(GLOB pcdir ${WORK_DIR}/prefix/lib*/pkgconfig ${WORK_DIR}/prefix/lib/*/pkgconfig)
+set(ENV{PKG_CONFIG_PATH} "${pcdir}")
+execute_process(COMMAND ${PKG_CONFIG} --cflags --libs dpl OUTPUT_VARIABLE flags
+                RESULT_VARIABLE rc OUTPUT_STRIP_TRAILING_WHITESPACE)
+if(rc)
+  message(FATAL_ERROR "pkg-config dpl failed")
+endif()
+separate_arguments(flags UNIX_COMMAND "${flags}")
+execute_process(COMMAND cc -std=c11 ${SOURCE_DIR}/libsched/tests/consumer/main.c ${flags}
+                -o ${WORK_DIR}/pc-consumer RESULT_VARIABLE rc ERROR_VARIABLE out)
+if(rc)
+  message(FATAL_ERROR "pkg-config consumer build failed:\n${out}")
+endif()
+file(GLOB libdirs ${WORK_DIR}/prefix/lib*)
+string(REPLACE ";" ":" libpath "${libdirs};${WORK_DIR}/prefix/lib/x86_64-linux-gnu")
+set(ENV{LD_LIBRARY_PATH} "${libpath}")
+execute_process(COMMAND ${WORK_DIR}/pc-consumer RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE out)
+if(rc)
+  message(FATAL_ERROR "consumer (pkg-config) failed: ${out}")
+endif()
+message(STATUS "pkg-config consumer: ${out}")

@@ -1,0 +1,301 @@
+/*
+ * test_cli.c - the `dpl` command as a user runs it: exit codes, one-line
+ * messages naming the bad flag or file position, no partial output files,
+ * and outputs checked against values worked out by hand.
+ */
+#define _GNU_SOURCE
+#include <fcntl.h>
+#include <spawn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cjson/cJSON.h>
+#include <criterion/criterion.h>
+
+extern char **environ;
+
+struct res {
+	int code;
+	char out[65536];
+	char err[4096];
+};
+
+static char dir[] = "/tmp/dpl-cli-XXXXXX";
+
+static void setup(void)
+{
+	cr_assert_not_null(mkdtemp(dir));
+}
+
+static void teardown(void)
+{
+	char cmd[128];
+
+	snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+	cr_assert_eq(system(cmd), 0);
+}
+
+static void slurp(const char *path, char *buf, size_t n)
+{
+	FILE *f = fopen(path, "r");
+	size_t got = f ? fread(buf, 1, n - 1, f) : 0;
+
+	buf[got] = '\0';
+	if (f)
+		fclose(f);
+}
+
+/* Run dpl with a NULL-terminated argument list; stdout/stderr captured. */
+static void run(struct res *r, const char *const *args)
+{
+	char *argv[64], out[256], err[256];
+	posix_spawn_file_actions_t fa;
+	pid_t pid;
+	int st, n = 0;
+
+	argv[n++] = (char *)DPL_CLI_PATH;
+	while (args[n - 1] && n < 63) {
+		argv[n] = (char *)args[n - 1];
+		n++;
+	}
+	argv[n] = NULL;
+	snprintf(out, sizeof out, "%s/stdout", dir);
+	snprintf(err, sizeof err, "%s/stderr", dir);
+	posix_spawn_file_actions_init(&fa);
+	posix_spawn_file_actions_addopen(&fa, 1, out, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+	posix_spawn_file_actions_addopen(&fa, 2, err, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+	cr_assert_eq(posix_spawn(&pid, DPL_CLI_PATH, &fa, NULL, argv, environ), 0);
+	posix_spawn_file_actions_destroy(&fa);
+	cr_assert_eq(waitpid(pid, &st, 0), pid);
+	cr_assert(WIFEXITED(st), "dpl died");
+	r->code = WEXITSTATUS(st);
+	slurp(out, r->out, sizeof r->out);
+	slurp(err, r->err, sizeof r->err);
+}
+
+#define RUN(r, ...)                                                           \
+	do {                                                                  \
+		const char *const a_[] = {__VA_ARGS__, NULL};                 \
+		run((r), a_);                                                 \
+	} while (0)
+
+static void one_line_error(const struct res *r, const char *want)
+{
+	cr_assert_eq(r->code, 2, "exit %d, stderr: %s", r->code, r->err);
+	cr_assert(strstr(r->err, want), "stderr '%s' lacks '%s'", r->err, want);
+	cr_assert_eq(strchr(r->err, '\n'), r->err + strlen(r->err) - 1,
+		     "not one line: %s", r->err);
+	cr_assert_str_eq(r->out, "");
+}
+
+static void path_in(char *buf, size_t n, const char *name)
+{
+	snprintf(buf, n, "%s/%s", dir, name);
+}
+
+static void write_file(const char *path, const char *text)
+{
+	FILE *f = fopen(path, "w");
+
+	cr_assert_not_null(f);
+	fputs(text, f);
+	fclose(f);
+}
+
+/* Nothing but stdout/stderr in the scratch dir. */
+static void no_stray_files(void)
+{
+	char cmd[256], buf[256];
+	FILE *p;
+
+	snprintf(cmd, sizeof cmd, "ls -A '%s' | grep -v -x -e stdout -e stderr -e bad.csv -e bad.json", dir);
+	p = popen(cmd, "r");
+	cr_assert_not_null(p);
+	buf[0] = '\0';
+	if (fgets(buf, sizeof buf, p) == NULL)
+		buf[0] = '\0';
+	pclose(p);
+	cr_assert_str_eq(buf, "", "left behind: %s", buf);
+}
+
+TestSuite(cli, .init = setup, .fini = teardown, .timeout = 60);
+
+Test(cli, version_and_help)
+{
+	struct res r;
+
+	RUN(&r, "--version");
+	cr_assert_eq(r.code, 0);
+	cr_assert_str_eq(r.out, "dpl 0.1.0\n");
+	RUN(&r, "help");
+	cr_assert_eq(r.code, 0);
+	cr_assert(strstr(r.out, "schedule") && strstr(r.out, "simulate"));
+	RUN(&r, "schedule", "--help");
+	cr_assert_eq(r.code, 0);
+	cr_assert(strstr(r.out, "--microbatches"));
+	RUN(&r, "frobnicate");
+	cr_assert_eq(r.code, 2);
+	cr_assert(strstr(r.err, "unknown command 'frobnicate'"));
+}
+
+Test(cli, bad_flags_name_themselves)
+{
+	struct res r;
+
+	RUN(&r, "schedule", "--stages", "4", "--microbatches", "8", "--policy",
+	    "1f1b", "--frob");
+	one_line_error(&r, "unknown argument '--frob'");
+	RUN(&r, "schedule", "--microbatches", "8", "--policy", "1f1b",
+	    "--stages");
+	one_line_error(&r, "--stages: missing value");
+	RUN(&r, "schedule", "--stages", "four", "--microbatches", "8",
+	    "--policy", "1f1b");
+	one_line_error(&r, "--stages: expected an integer, got 'four'");
+	RUN(&r, "schedule", "--stages", "0", "--microbatches", "8", "--policy",
+	    "1f1b");
+	one_line_error(&r, "--stages: must be >= 1 (got '0')");
+	RUN(&r, "schedule", "--stages", "4", "--microbatches", "-3", "--policy",
+	    "1f1b");
+	one_line_error(&r, "--microbatches: must be >= 1 (got '-3')");
+	RUN(&r, "schedule", "--stages", "4", "--microbatches",
+	    "99999999999999999999999", "--policy", "1f1b");
+	one_line_error(&r, "--microbatches: must be <=");
+	RUN(&r, "schedule", "--stages", "4", "--microbatches", "8", "--policy",
+	    "pipedream");
+	one_line_error(&r, "unknown policy 'pipedream'");
+	RUN(&r, "schedule", "--stages", "4", "--microbatches", "8", "--policy",
+	    "interleaved", "--chunks", "2", "--format", "xml");
+	one_line_error(&r, "--format: expected text, csv or json (got 'xml')");
+	RUN(&r, "schedule", "--stages", "4", "--microbatches", "6", "--policy",
+	    "interleaved", "--chunks", "2");
+	one_line_error(&r, "multiple of stages (got 6 for 4");
+	RUN(&r, "schedule", "--stages", "4", "--microbatches", "6", "--policy",
+	    "bounded", "--cap", "2,2");
+	one_line_error(&r, "--cap: 2 values for 4 stages");
+	RUN(&r, "simulate", "--stages", "4", "--microbatches", "6", "--policy",
+	    "1f1b", "--costs", "1,nan");
+	one_line_error(&r, "--costs: expected a number, got 'nan'");
+	RUN(&r, "simulate", "--stages", "4", "--microbatches", "6", "--policy",
+	    "1f1b", "--latency", "-1");
+	one_line_error(&r, "--latency: must be in");
+}
+
+Test(cli, absurd_sizes_are_refused)
+{
+	struct res r;
+
+	RUN(&r, "schedule", "--stages", "4096", "--microbatches", "1048576",
+	    "--policy", "gpipe", "--format", "csv");
+	one_line_error(&r, "too large");
+}
+
+Test(cli, csv_is_pytorch_compute_only)
+{
+	struct res r;
+
+	/* DAPPLE policy A by hand: stage s warms up with min(S-s, M). */
+	RUN(&r, "schedule", "--stages", "3", "--microbatches", "4", "--policy",
+	    "1f1b", "--format", "csv");
+	cr_assert_eq(r.code, 0, "%s", r.err);
+	cr_assert_str_eq(r.out, "0F0,0F1,0F2,0B0,0F3,0B1,0B2,0B3\n"
+				"1F0,1F1,1B0,1F2,1B1,1F3,1B2,1B3\n"
+				"2F0,2B0,2F1,2B1,2F2,2B2,2F3,2B3\n");
+}
+
+Test(cli, simulate_json_and_trace)
+{
+	struct res r;
+	char trace[256], buf[1 << 16];
+	cJSON *o, *st;
+
+	path_in(trace, sizeof trace, "trace.json");
+	RUN(&r, "simulate", "--stages", "4", "--microbatches", "8", "--policy",
+	    "1f1b", "--activation-bytes", "100", "--json", "--trace", trace);
+	cr_assert_eq(r.code, 0, "%s", r.err);
+	o = cJSON_Parse(r.out);
+	cr_assert_not_null(o, "not JSON: %s", r.out);
+	cr_assert_float_eq(cJSON_GetObjectItem(o, "makespan")->valuedouble, 33,
+			   1e-9);
+	cr_assert_float_eq(cJSON_GetObjectItem(o, "bubble_fraction")->valuedouble,
+			   3.0 / 11, 1e-9);
+	st = cJSON_GetObjectItem(o, "stages");
+	cr_assert_eq(cJSON_GetArraySize(st), 4);
+	for (int k = 0; k < 4; k++) {
+		cJSON *e = cJSON_GetArrayItem(st, k);
+
+		cr_assert_float_eq(cJSON_GetObjectItem(e, "busy")->valuedouble,
+				   24, 1e-9);
+		cr_assert_eq(cJSON_GetObjectItem(e, "peak_inflight")->valueint,
+			     4 - k);
+		cr_assert_eq(cJSON_GetObjectItem(e, "peak_activation_bytes")
+				 ->valueint,
+			     100 * (4 - k));
+	}
+	cJSON_Delete(o);
+	slurp(trace, buf, sizeof buf);
+	o = cJSON_Parse(buf);
+	cr_assert_not_null(o, "trace is not JSON");
+	cr_assert(cJSON_IsArray(cJSON_GetObjectItem(o, "traceEvents")));
+	cJSON_Delete(o);
+}
+
+Test(cli, csv_round_trip_through_simulate)
+{
+	struct res r;
+	char csv[256];
+
+	path_in(csv, sizeof csv, "zb.csv");
+	RUN(&r, "schedule", "--stages", "4", "--microbatches", "8", "--policy",
+	    "zb-h1", "--format", "csv", "--out", csv);
+	cr_assert_eq(r.code, 0, "%s", r.err);
+	RUN(&r, "simulate", "--schedule", csv, "--costs", "1,2,1,1", "--json");
+	cr_assert_eq(r.code, 0, "%s", r.err);
+	/* zb-h1, F=I=W=1, M >= S: 3M + (S - 1) = 27. */
+	cr_assert(strstr(r.out, "\"makespan\":\t27") ||
+		      strstr(r.out, "\"makespan\": 27"),
+		  "%s", r.out);
+}
+
+Test(cli, malformed_files_give_their_position)
+{
+	struct res r;
+	char bad[256];
+
+	path_in(bad, sizeof bad, "bad.csv");
+	write_file(bad, "0F0,0B0\n1F0,1X0,1B0\n");
+	RUN(&r, "simulate", "--schedule", bad);
+	one_line_error(&r, "line 2, field 2");
+	path_in(bad, sizeof bad, "bad.json");
+	write_file(bad, "{\"format\": \"dpl-schedule\", \"version\": 1, ");
+	RUN(&r, "simulate", "--schedule", bad);
+	cr_assert_eq(r.code, 2, "%s", r.err);
+	RUN(&r, "simulate", "--schedule", "/nonexistent/x.csv");
+	one_line_error(&r, "/nonexistent/x.csv: No such file or directory");
+}
+
+Test(cli, no_partial_output_file)
+{
+	struct res r;
+	char out[256];
+	struct stat sb;
+
+	path_in(out, sizeof out, "sched.json");
+	RUN(&r, "schedule", "--stages", "4", "--microbatches", "0", "--policy",
+	    "1f1b", "--format", "json", "--out", out);
+	cr_assert_eq(r.code, 2);
+	cr_assert_neq(stat(out, &sb), 0, "output file created on failure");
+	RUN(&r, "schedule", "--stages", "4", "--microbatches", "4", "--policy",
+	    "1f1b", "--format", "json", "--out", "/nonexistent/dir/x.json");
+	cr_assert_eq(r.code, 2, "%s", r.err);
+	RUN(&r, "schedule", "--stages", "2", "--microbatches", "2", "--policy",
+	    "1f1b", "--format", "json", "--out", out);
+	cr_assert_eq(r.code, 0, "%s", r.err);
+	cr_assert_eq(stat(out, &sb), 0);
+	cr_assert_gt(sb.st_size, 10);
+	unlink(out);
+	no_stray_files();
+}
