@@ -141,7 +141,8 @@ DPL_EXTERN const struct dpl_sim_event *dpl_sim_events(const dpl_sim *sim,
  * dpl_sim_write_trace - Chrome trace-event JSON (opens in Perfetto and
  * chrome://tracing): one complete ("X") event per compute action on a
  * track per rank, transfers on a track per rank pair, flow arrows ("s"/
- * "f") from each send to its receive, one time unit = `us_per_unit`
+ * "f") from each producing compute action to the one consuming its
+ * output on another rank, one time unit = `us_per_unit`
  * microseconds (<= 0: 1000, i.e. milliseconds). DPL_EIO on a write
  * error.
  */
@@ -151,7 +152,8 @@ DPL_EXTERN int dpl_sim_write_trace(const dpl_sim *sim, FILE *f,
 /*
  * dpl_sim_write_ascii - the timeline for terminals: one row per rank, one
  * column per `unit` of time (<= 0: the smallest compute cost), each
- * action as its kind letter and micro-batch, continued with '-', idle as
+ * action as its kind letter and micro-batch (prefixed with its stage when
+ * a rank holds several stages: "2F0"), continued with '-', idle as
  * '.', e.g.
  *     rank 0 |F0 F1 B0 -- F2 B1 -- ...
  * Rows are wrapped every `width` columns (0: no wrapping). DPL_EIO on a
