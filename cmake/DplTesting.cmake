@@ -1,3 +1,9 @@
+# dpl_test_uses_cli(target): the test runs the `dpl` binary; it gets
+# DPL_CLI_PATH and a build dependency once bindings/cli is configured.
+function(dpl_test_uses_cli target)
+  set_property(GLOBAL APPEND PROPERTY DPL_CLI_TESTS ${target})
+endfunction()
+
 # dpl_add_test(NAME name SOURCES ... [LIBS ...] [TIMEOUT s])
 # A Criterion test binary registered with CTest. Reports go to a file so the
 # Criterion summary line ("[====] Synthesis: ...") stays on stderr.

@@ -80,5 +80,7 @@ void cli_out_abort(struct cli_out *o);
 /* The commands. */
 extern const struct dpl_cli_cmd dpl_cli_cmd_schedule;
 extern const struct dpl_cli_cmd dpl_cli_cmd_simulate;
+extern const struct dpl_cli_cmd dpl_cli_cmd_plan;
+extern const struct dpl_cli_cmd dpl_cli_cmd_train;
 
 #endif /* DPL_CLI_H */

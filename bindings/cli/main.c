@@ -9,6 +9,8 @@
 static const struct dpl_cli_cmd *const commands[] = {
 	&dpl_cli_cmd_schedule,
 	&dpl_cli_cmd_simulate,
+	&dpl_cli_cmd_plan,
+	&dpl_cli_cmd_train,
 };
 
 #define NCOMMANDS (sizeof commands / sizeof commands[0])

@@ -45,6 +45,11 @@ const char *dpl_version(void)
 	return DPL_VERSION_STRING;
 }
 
+void dpl__clear_error(void)
+{
+	last_error[0] = '\0';
+}
+
 int dpl__verror(int code, const char *fmt, va_list ap)
 {
 	vsnprintf(last_error, sizeof last_error, fmt, ap);

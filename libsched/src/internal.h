@@ -25,6 +25,8 @@
  */
 #define dpl__error dpl_set_error
 int dpl__verror(int code, const char *fmt, va_list ap);
+/* Forget the calling thread's last error message. */
+void dpl__clear_error(void);
 
 /* One rank's growable action list. */
 struct dpl__list {

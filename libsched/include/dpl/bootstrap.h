@@ -11,7 +11,9 @@
  *
  * The root address comes from the caller or from the environment, in
  * this order: DPL_RANK, DPL_WORLD_SIZE, DPL_ROOT ("host:port"); else
- * torchrun's RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT.
+ * torchrun's RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT. With torchrun's
+ * variables dpl listens on MASTER_PORT + 1, because torchrun's agent (or
+ * torch.distributed's store) already holds MASTER_PORT itself.
  *
  * Liveness: the channel stays open until close. A peer whose process
  * dies closes its socket; the next collective then fails with DPL_EPEER
@@ -35,7 +37,9 @@ struct dpl_bootstrap_params {
 	uint32_t rank;       /* < world_size */
 	uint32_t world_size; /* >= 1 */
 	const char *root;    /* "host:port" of rank 0; "host:0" lets rank 0
-				pick a port (see dpl_bootstrap_root) */
+				pick a port (see dpl_bootstrap_root); NULL:
+				from the environment (DPL_ROOT, else
+				MASTER_ADDR:MASTER_PORT + 1) */
 	uint32_t timeout_ms; /* for open and every collective; 0 = 60000 */
 };
 

@@ -8,5 +8,8 @@
 #include <dpl/common.h>
 #include <dpl/schedule.h>
 #include <dpl/sim.h>
+#include <dpl/plan.h>
+#include <dpl/runner.h>
+#include <dpl/bootstrap.h>
 
 #endif /* DPL_DPL_H */

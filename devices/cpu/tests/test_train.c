@@ -1,0 +1,330 @@
+/*
+ * test_train.c - `dpl train` on the reference model against training on
+ * one device: every policy on pure pipeline, pure data parallel,
+ * pipeline x data parallel and uneven 3:1 layouts, with M < S and M not
+ * divisible by the replicas where the layout allows; the same weights
+ * digest across policies for one layout; loss going down; peak in-flight
+ * equal to the schedule's bound; failures stopping every rank; bad flags.
+ * Runs the built `dpl` binary and reads its --json output.
+ */
+#define _POSIX_C_SOURCE 200809L
+#include <criterion/criterion.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cjson/cJSON.h>
+
+struct out {
+	int status;  /* exit code */
+	char *text;  /* stdout and stderr */
+	cJSON *json; /* stdout parsed, when it was JSON */
+};
+
+static struct out run(const char *args, bool merge_stderr)
+{
+	char cmd[1024];
+	struct out o = {0, NULL, NULL};
+	size_t cap = 1 << 16, len = 0, n;
+	FILE *p;
+	int st;
+
+	snprintf(cmd, sizeof cmd, "%s train %s%s", DPL_CLI_PATH, args,
+		 merge_stderr ? " 2>&1" : " 2>/dev/null");
+	p = popen(cmd, "r");
+	cr_assert_not_null(p);
+	o.text = malloc(cap);
+	while ((n = fread(o.text + len, 1, cap - len - 1, p)) > 0) {
+		len += n;
+		if (len + 1 == cap)
+			o.text = realloc(o.text, cap *= 2);
+	}
+	o.text[len] = '\0';
+	st = pclose(p);
+	o.status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+	if (!merge_stderr)
+		o.json = cJSON_Parse(o.text);
+	return o;
+}
+
+static void out_free(struct out *o)
+{
+	cJSON_Delete(o->json);
+	free(o->text);
+}
+
+static double num(const cJSON *j, const char *key)
+{
+	const cJSON *v = cJSON_GetObjectItemCaseSensitive(j, key);
+
+	cr_assert(cJSON_IsNumber(v), "no number '%s'", key);
+	return v->valuedouble;
+}
+
+static const char *policies[] = {
+	"--policy gpipe",  "--policy 1f1b",
+	"--policy 1f1b-comm", "--policy bounded --cap 2",
+	"--policy interleaved --chunks 2", "--policy zb-h1",
+};
+
+struct layout {
+	const char *name;
+	const char *flags;
+	unsigned stages;
+	unsigned m[2];   /* M < S (or the smallest M), M not a multiple */
+	unsigned mi[2];  /* the same for interleaved: multiples of S */
+	bool replicated;
+};
+
+static const struct layout layouts[] = {
+	{"pipeline", "--stages 4", 4, {3, 8}, {4, 8}, false},
+	{"data-parallel", "--stages 1 --replicas 3", 1, {1, 5}, {1, 5}, true},
+	{"pipeline-x-dp", "--stages 2 --replicas 2", 2, {1, 3}, {2, 6}, true},
+	{"uneven-3:1", "--stages 2 --replicas 3,1", 2, {1, 5}, {2, 4}, true},
+};
+
+/*
+ * For each layout and M, every policy trains to the one-device weights
+ * (within 1e-5, relative) and all policies end with the same digest
+ * where their reduction order is the same: everywhere but interleaved on
+ * replicated layouts, whose twice as many stages reduce their gradients
+ * in other chunks. Batch M + 6 makes micro-batches uneven and some
+ * replica ranges empty.
+ */
+static void layout_matrix(const struct layout *l)
+{
+	char args[512], digest[2][32] = {"", ""};
+	size_t p;
+	int k;
+
+	for (p = 0; p < sizeof policies / sizeof policies[0]; p++) {
+		bool inter = strstr(policies[p], "interleaved") != NULL;
+
+		for (k = 0; k < 2; k++) {
+			unsigned m = inter ? l->mi[k] : l->m[k];
+			struct out o;
+			const cJSON *d, *pk, *bd;
+			char key[32];
+			int i;
+
+			snprintf(args, sizeof args,
+				 "%s %s --microbatches %u --batch %u "
+				 "--iterations 3 --check --json",
+				 l->flags, policies[p], m, m + 6);
+			o = run(args, false);
+			cr_assert_eq(o.status, 0, "%s: exit %d", args,
+				     o.status);
+			cr_assert_not_null(o.json, "%s: no JSON", args);
+			cr_assert_leq(num(o.json, "max_rel_diff"), 1e-5,
+				      "%s", args);
+			pk = cJSON_GetObjectItem(o.json, "peak_inflight");
+			bd = cJSON_GetObjectItem(o.json, "bound");
+			cr_assert_eq(cJSON_GetArraySize(pk),
+				     cJSON_GetArraySize(bd));
+			for (i = 0; i < cJSON_GetArraySize(pk); i++)
+				cr_assert_eq(
+					cJSON_GetArrayItem(pk, i)->valueint,
+					cJSON_GetArrayItem(bd, i)->valueint,
+					"%s: stage %d", args, i);
+			d = cJSON_GetObjectItem(o.json, "weights_digest");
+			cr_assert(cJSON_IsString(d));
+			/* Interleaved may run another M: compare like with
+			 * like. */
+			snprintf(key, sizeof key, "%s", d->valuestring);
+			if (!inter && digest[k][0] == '\0')
+				snprintf(digest[k], sizeof digest[k], "%s", key);
+			else if (!inter || (m == l->m[k] && !l->replicated))
+				cr_assert_str_eq(key, digest[k], "%s", args);
+			out_free(&o);
+		}
+	}
+}
+
+Test(train, pipeline_matches_one_device_for_every_policy, .timeout = 240)
+{
+	layout_matrix(&layouts[0]);
+}
+
+Test(train, data_parallel_matches_one_device_for_every_policy,
+     .timeout = 240)
+{
+	layout_matrix(&layouts[1]);
+}
+
+Test(train, pipeline_x_dp_matches_one_device_for_every_policy,
+     .timeout = 240)
+{
+	layout_matrix(&layouts[2]);
+}
+
+Test(train, uneven_replication_matches_one_device_for_every_policy,
+     .timeout = 240)
+{
+	layout_matrix(&layouts[3]);
+}
+
+Test(train, loss_goes_down_on_the_learnable_task, .timeout = 120)
+{
+	struct out o = run("--iterations 30 --json", false);
+	const cJSON *l;
+	double first = 0, last = 0;
+	int i;
+
+	cr_assert_eq(o.status, 0);
+	l = cJSON_GetObjectItem(o.json, "loss");
+	cr_assert_eq(cJSON_GetArraySize(l), 30);
+	for (i = 0; i < 5; i++) {
+		first += cJSON_GetArrayItem(l, i)->valuedouble;
+		last += cJSON_GetArrayItem(l, 25 + i)->valuedouble;
+	}
+	/* Four classes: chance is ln 4 = 1.386. */
+	cr_assert_gt(first / 5, 1.2);
+	cr_assert_lt(last / 5, 0.8 * first / 5, "first %g last %g", first / 5,
+		     last / 5);
+	out_free(&o);
+}
+
+Test(train, a_failing_rank_stops_every_rank_naming_it, .timeout = 60)
+{
+	struct out o = run("--stages 3 --replicas 1,2,1 --fail-at 2:1 "
+			   "--iterations 4 --timeout 10", true);
+	const char *p = o.text;
+	int lines = 0;
+
+	cr_assert_eq(o.status, 1, "exit %d: %s", o.status, o.text);
+	/* One line per rank, each naming rank 2. */
+	while ((p = strstr(p, "dpl train: rank ")) != NULL) {
+		const char *eol = strchr(p, '\n');
+		char line[800];
+
+		snprintf(line, sizeof line, "%.*s", (int)(eol - p), p);
+		cr_assert(strstr(line, "rank 2") != NULL, "%s", line);
+		lines++;
+		p = eol;
+	}
+	cr_assert_eq(lines, 4, "%s", o.text);
+	cr_assert(strstr(o.text, "injected failure (--fail-at 2:1)") != NULL);
+	cr_assert(strstr(o.text, "4 of 4 ranks failed") != NULL);
+	out_free(&o);
+}
+
+Test(train, bad_flags_and_impossible_layouts_are_refused)
+{
+	static const struct {
+		const char *args;
+		const char *reason;
+	} cases[] = {
+		{"--stages 9", "more stages (9) than layers (8)"},
+		{"--replicas 0", "--replicas: must be >= 1"},
+		{"--replicas 1,2", "2 values for 4 stages"},
+		{"--policy interleaved", "needs --chunks"},
+		{"--policy bounded", "needs --cap"},
+		{"--chunks 2", "interleaved only"},
+		{"--microbatches 0", "--microbatches"},
+		{"--batch 4", "--batch 4 < --microbatches 8"},
+		{"--fail-at 7:0", "rank 7 out of range"},
+		{"--fail-at 1", "RANK:ITERATION"},
+		{"--device gpu", "--device: 'gpu'"},
+		{"--check --device synthetic", "needs --device cpu"},
+		{"--plan /nonexistent/plan.json", "/nonexistent/plan.json"},
+		{"--widths 8", "needs an input and an output"},
+		{"--frobnicate", "unknown argument"},
+	};
+	size_t i;
+
+	for (i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+		struct out o = run(cases[i].args, true);
+
+		cr_assert_eq(o.status, 2, "%s: exit %d", cases[i].args,
+			     o.status);
+		cr_assert(strstr(o.text, cases[i].reason) != NULL,
+			  "%s: %s", cases[i].args, o.text);
+		/* Refused before anything ran. */
+		cr_assert(strstr(o.text, "samples/s") == NULL);
+		out_free(&o);
+	}
+}
+
+Test(train, trace_holds_the_last_iteration_of_every_rank)
+{
+	char path[] = "/tmp/dpl-train-trace-XXXXXX", args[256];
+	struct out o;
+	cJSON *t;
+	FILE *f;
+	char buf[1 << 16];
+	size_t n;
+	int fd = mkstemp(path);
+
+	cr_assert_geq(fd, 0);
+	close(fd);
+	snprintf(args, sizeof args, "--stages 2 --microbatches 2 --batch 4 "
+		 "--iterations 2 --trace %s --json", path);
+	o = run(args, false);
+	cr_assert_eq(o.status, 0);
+	f = fopen(path, "r");
+	n = fread(buf, 1, sizeof buf - 1, f);
+	fclose(f);
+	buf[n] = '\0';
+	t = cJSON_Parse(buf);
+	cr_assert_not_null(t);
+	/* 2 rank names + 2 x (2F + 2B + 2 sends + 2 receives + REDUCE_GRAD
+	 * + STEP) actions. */
+	cr_assert_eq(cJSON_GetArraySize(cJSON_GetObjectItem(t, "traceEvents")),
+		     2 + 2 * 10);
+	cJSON_Delete(t);
+	out_free(&o);
+	unlink(path);
+}
+
+Test(train, a_plan_from_the_planner_runs_and_matches_one_device,
+     .timeout = 120)
+{
+	char plan[] = "/tmp/dpl-train-plan-XXXXXX", cmd[1024], args[512];
+	char text[1 << 16], want[128];
+	struct out o;
+	cJSON *pj, *stage;
+	int fd = mkstemp(plan), st, world = 0, stages = 0;
+	size_t n;
+	FILE *f;
+
+	cr_assert_geq(fd, 0);
+	close(fd);
+	/* VGG-19 on 16 devices: an uneven plan (such as 8:4:3:1). */
+	snprintf(cmd, sizeof cmd, "%s plan --profile %s/vgg-19-pbs-32.txt "
+		 "--pbs 32 --gbs 64 --cluster paper-b --max-stages 4 "
+		 "--out %s > /dev/null 2>&1", DPL_CLI_PATH, DPL_PROFILES_DIR,
+		 plan);
+	st = system(cmd);
+	cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0, "dpl plan failed");
+	f = fopen(plan, "r");
+	n = fread(text, 1, sizeof text - 1, f);
+	fclose(f);
+	text[n] = '\0';
+	pj = cJSON_Parse(text);
+	cr_assert_not_null(pj);
+	cJSON_ArrayForEach(stage, cJSON_GetObjectItem(pj, "stages")) {
+		world += cJSON_GetObjectItem(stage, "replicas")->valueint;
+		stages++;
+	}
+	cJSON_Delete(pj);
+	cr_assert_gt(world, stages, "the plan replicates no stage");
+	snprintf(args, sizeof args, "--plan %s --iterations 2 --check --json",
+		 plan);
+	o = run(args, false);
+	cr_assert_eq(o.status, 0, "%s", o.text);
+	cr_assert_eq(num(o.json, "world_size"), world);
+	cr_assert_eq(num(o.json, "stages"), stages);
+	cr_assert_leq(num(o.json, "max_rel_diff"), 1e-5);
+	out_free(&o);
+	/* A plan for another world size is refused before anything runs. */
+	snprintf(args, sizeof args, "--plan %s --replicas 1", plan);
+	o = run(args, true);
+	cr_assert_eq(o.status, 2, "%s", o.text);
+	snprintf(want, sizeof want, "is for a world of %d ranks, --replicas "
+		 "gives %d", world, stages);
+	cr_assert(strstr(o.text, want) != NULL, "%s", o.text);
+	out_free(&o);
+	unlink(plan);
+}

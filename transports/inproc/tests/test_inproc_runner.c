@@ -1,0 +1,376 @@
+/*
+ * test_inproc_runner.c - the runner over the in-process transport with
+ * callbacks that check every value moved: every policy on pure pipeline,
+ * pure data parallel, pipeline x data parallel and uneven 3:1 layouts,
+ * with M < S and M not divisible by the replicas; peak in-flight equal to
+ * the schedule's bound; statistics; traces; failures and timeouts.
+ */
+#define _POSIX_C_SOURCE 200809L
+#include <criterion/criterion.h>
+
+#include "ar_shim.h"
+#include "toy_world.h"
+
+struct layout {
+	const char *name;
+	uint32_t stages;
+	uint32_t replicas[4];
+};
+
+static const struct layout layouts[] = {
+	{"pipeline", 4, {1, 1, 1, 1}},
+	{"data-parallel", 1, {3}},
+	{"pipeline-x-dp", 2, {2, 2}},
+	{"uneven-3:1", 2, {3, 1}},
+};
+
+static void check_world(struct toy_world *w, const char *what)
+{
+	uint32_t i, s;
+
+	for (i = 0; i < w->world; i++) {
+		struct toy_rank *r = &w->res[i];
+
+		cr_assert_eq(r->create_rc, 0, "%s: rank %u create: %s", what, i,
+			     r->msg);
+		cr_assert_eq(r->steps_ok, w->cfg.iterations,
+			     "%s: rank %u: %s", what, i, r->msg);
+		cr_assert_eq(r->errors, 0, "%s: %s", what, r->first_error);
+		for (s = 0; s < w->nstages; s++)
+			if (r->holds[s])
+				cr_assert_eq(r->peak[s], r->bound[s],
+					     "%s: rank %u stage %u: peak %u, "
+					     "bound %u", what, i, s, r->peak[s],
+					     r->bound[s]);
+	}
+	for (s = 0; s < w->nstages; s++) {
+		cr_assert_eq(w->samples_f[s], w->cfg.batch * w->cfg.iterations,
+			     "%s: stage %u forwarded %llu samples", what, s,
+			     (unsigned long long)w->samples_f[s]);
+		cr_assert_eq(w->samples_b[s], w->cfg.batch * w->cfg.iterations,
+			     "%s: stage %u", what, s);
+	}
+}
+
+static void run_case(enum dpl_policy pol, const struct layout *l,
+		     uint32_t mb, uint64_t batch)
+{
+	struct toy_world *w = calloc(1, sizeof *w);
+	char what[160];
+	uint32_t i;
+	int rc;
+
+	snprintf(what, sizeof what, "%s on %s, M=%u, B=%llu",
+		 dpl_policy_name(pol), l->name, mb, (unsigned long long)batch);
+	w->cfg.world = what;
+	w->cfg.policy = pol;
+	w->cfg.stages = l->stages;
+	w->cfg.microbatches = mb;
+	w->cfg.iterations = 2;
+	w->cfg.batch = batch;
+	w->cfg.fail_rank = w->cfg.silent_rank = w->cfg.leave_rank = -1;
+	if (pol == DPL_POLICY_BOUNDED)
+		w->cfg.cap = 2;
+	if (pol == DPL_POLICY_INTERLEAVED)
+		w->cfg.chunks = 2;
+	for (i = 0; i < 4; i++)
+		w->cfg.replicas[i] = l->replicas[i];
+	rc = toy_run(w);
+	cr_assert_eq(rc, 0, "%s: %s", what, dpl_last_error());
+	check_world(w, what);
+	toy_free(w);
+	free(w);
+}
+
+/*
+ * M < S: 3 micro-batches on the 4-stage pipeline (1 on the others, whose
+ * S <= 2). M not divisible by the replicas: M = 5 with 2 or 3 replicas,
+ * batch 7 so that some replica ranges are empty or uneven.
+ */
+static void run_policy(enum dpl_policy pol)
+{
+	size_t i;
+
+	for (i = 0; i < sizeof layouts / sizeof layouts[0]; i++) {
+		const struct layout *l = &layouts[i];
+		uint32_t small = l->stages > 1 ? l->stages - 1 : 1;
+
+		/* interleaved takes M a multiple of S only (schedule.h) */
+		if (pol != DPL_POLICY_INTERLEAVED || small % l->stages == 0)
+			run_case(pol, l, small, small + 2);
+		if (pol != DPL_POLICY_INTERLEAVED)
+			run_case(pol, l, 5, 7);
+		else
+			run_case(pol, l, 2 * l->stages, 2 * l->stages + 3);
+	}
+}
+
+Test(runner, gpipe_moves_every_value_right, .timeout = 120)
+{
+	run_policy(DPL_POLICY_GPIPE);
+}
+
+Test(runner, one_f_one_b_moves_every_value_right, .timeout = 120)
+{
+	run_policy(DPL_POLICY_1F1B);
+}
+
+Test(runner, one_f_one_b_comm_moves_every_value_right, .timeout = 120)
+{
+	run_policy(DPL_POLICY_1F1B_COMM);
+}
+
+Test(runner, bounded_moves_every_value_right, .timeout = 120)
+{
+	run_policy(DPL_POLICY_BOUNDED);
+}
+
+Test(runner, interleaved_moves_every_value_right, .timeout = 120)
+{
+	run_policy(DPL_POLICY_INTERLEAVED);
+}
+
+Test(runner, zb_h1_moves_every_value_right, .timeout = 120)
+{
+	run_policy(DPL_POLICY_ZB_H1);
+}
+
+Test(runner, single_rank_world_runs_without_a_transport)
+{
+	struct dpl_schedule_params sp = {0};
+	struct dpl_runner_params rp = {0};
+	dpl_schedule *s = NULL;
+	dpl_runner *r = NULL;
+	struct toy_world *w = calloc(1, sizeof *w);
+
+	/* A one-rank world through the toy harness: S = 1, R = 1. */
+	w->cfg.world = "single";
+	w->cfg.policy = DPL_POLICY_1F1B;
+	w->cfg.stages = 1;
+	w->cfg.microbatches = 3;
+	w->cfg.iterations = 3;
+	w->cfg.batch = 9;
+	w->cfg.fail_rank = w->cfg.silent_rank = w->cfg.leave_rank = -1;
+	cr_assert_eq(toy_run(w), 0);
+	check_world(w, "single rank");
+	toy_free(w);
+	free(w);
+	/* And without any transport. */
+	sp.stages = 1;
+	sp.microbatches = 2;
+	sp.policy = DPL_POLICY_GPIPE;
+	cr_assert_eq(dpl_schedule_build(&sp, &s), 0);
+	cr_assert_eq(dpl_schedule_lower(s), 0);
+	rp.schedule = s;
+	rp.batch = 2;
+	rp.stage_ops = NULL;
+	cr_assert_eq(dpl_runner_create(&rp, &r), DPL_EINVAL);
+	cr_assert(strstr(dpl_last_error(), "stage_ops") != NULL);
+	dpl_schedule_destroy(s);
+}
+
+static struct toy_world *world_for_errors(const char *name, int fail,
+					  int silent, int leave,
+					  uint32_t timeout_ms)
+{
+	struct toy_world *w = calloc(1, sizeof *w);
+
+	w->cfg.world = name;
+	w->cfg.policy = DPL_POLICY_1F1B;
+	w->cfg.stages = 3;
+	w->cfg.microbatches = 4;
+	w->cfg.iterations = 3;
+	w->cfg.batch = 8;
+	w->cfg.replicas[0] = 1;
+	w->cfg.replicas[1] = 2;
+	w->cfg.replicas[2] = 1;
+	w->cfg.fail_rank = fail;
+	w->cfg.fail_iter = 1;
+	w->cfg.silent_rank = silent;
+	w->cfg.leave_rank = leave;
+	w->cfg.timeout_ms = timeout_ms;
+	cr_assert_eq(toy_run(w), 0);
+	return w;
+}
+
+Test(runner, a_failing_callback_stops_every_rank_naming_it, .timeout = 60)
+{
+	/* World: stage 0 = rank 0, stage 1 = ranks 1 and 2, stage 2 = 3. */
+	struct toy_world *w = world_for_errors("fail", 2, -1, -1, 20000);
+	uint32_t i;
+
+	for (i = 0; i < w->world; i++) {
+		struct toy_rank *r = &w->res[i];
+
+		cr_assert_eq(r->steps_ok, 1, "rank %u: %u steps", i,
+			     r->steps_ok);
+		cr_assert(strstr(r->msg, "rank 2") != NULL, "rank %u: %s", i,
+			  r->msg);
+		if (i == 2) {
+			cr_assert_eq(r->rc[1], DPL_ECALLBACK, "%d", r->rc[1]);
+			cr_assert(strstr(r->msg, "forward callback failed in "
+						 "1F") != NULL, "%s", r->msg);
+			cr_assert(strstr(r->msg, "injected failure") != NULL,
+				  "%s", r->msg);
+		} else {
+			cr_assert_eq(r->rc[1], DPL_EPEER, "rank %u: %d %s", i,
+				     r->rc[1], r->msg);
+			cr_assert(strstr(r->msg, "rank 2 failed in 1F") != NULL,
+				  "%s", r->msg);
+		}
+	}
+	toy_free(w);
+	free(w);
+}
+
+Test(runner, a_rank_that_never_answers_times_out_naming_it, .timeout = 60)
+{
+	struct toy_world *w = world_for_errors("silent", -1, 3, -1, 300);
+	uint32_t i;
+
+	cr_assert_eq(w->res[3].steps_ok, 0);
+	for (i = 0; i < 3; i++) {
+		struct toy_rank *r = &w->res[i];
+
+		cr_assert_eq(r->steps_ok, 0, "rank %u", i);
+		cr_assert_eq(r->rc[0], DPL_ETIMEDOUT, "rank %u: %d %s", i,
+			     r->rc[0], r->msg);
+		cr_assert(strstr(r->msg, "timed out after 300 ms in ") != NULL,
+			  "rank %u: %s", i, r->msg);
+	}
+	/* Stage 1's replicas (ranks 1 and 2) wait for stage 2 (rank 3);
+	 * stage 0 (rank 0) waits for stage 1. */
+	for (i = 1; i < 3; i++)
+		cr_assert(strstr(w->res[i].msg, "waiting for rank 3") != NULL,
+			  "rank %u: %s", i, w->res[i].msg);
+	cr_assert(strstr(w->res[0].msg, "waiting for rank 1") != NULL ||
+			  strstr(w->res[0].msg, "waiting for rank 2") != NULL,
+		  "%s", w->res[0].msg);
+	toy_free(w);
+	free(w);
+}
+
+Test(runner, a_peer_that_leaves_is_an_error_naming_it, .timeout = 60)
+{
+	struct toy_world *w = world_for_errors("leave", -1, -1, 0, 20000);
+	uint32_t i;
+
+	for (i = 1; i < w->world; i++) {
+		struct toy_rank *r = &w->res[i];
+
+		cr_assert_eq(r->steps_ok, 0);
+		cr_assert_neq(r->rc[0], 0);
+	}
+	/* Stage 1 (ranks 1, 2) receives from rank 0: it sees the peer
+	 * failure itself; stage 2 (rank 3) hears of it. */
+	for (i = 1; i < 3; i++) {
+		cr_assert_eq(w->res[i].rc[0], DPL_EPEER, "%s", w->res[i].msg);
+		/* posting 1RECV_F0 or waiting in 1F0, by timing */
+		cr_assert(strstr(w->res[i].msg, "0 with rank 0: peer failed") !=
+				  NULL, "%s", w->res[i].msg);
+	}
+	cr_assert_eq(w->res[3].rc[0], DPL_EPEER, "%s", w->res[3].msg);
+	cr_assert(strstr(w->res[3].msg, "lost rank 0") != NULL, "%s",
+		  w->res[3].msg);
+	toy_free(w);
+	free(w);
+}
+
+Test(runner, statistics_add_up)
+{
+	struct toy_world *w = calloc(1, sizeof *w);
+	uint64_t sent = 0, recvd = 0, f = 0;
+	uint32_t i;
+
+	w->cfg.world = "stats";
+	w->cfg.policy = DPL_POLICY_1F1B;
+	w->cfg.stages = 2;
+	w->cfg.microbatches = 4;
+	w->cfg.iterations = 2;
+	w->cfg.batch = 8;
+	w->cfg.replicas[0] = 2;
+	w->cfg.replicas[1] = 1;
+	w->cfg.fail_rank = w->cfg.silent_rank = w->cfg.leave_rank = -1;
+	cr_assert_eq(toy_run(w), 0);
+	check_world(w, "stats");
+	for (i = 0; i < w->world; i++) {
+		sent += w->res[i].st.bytes_sent;
+		recvd += w->res[i].st.bytes_received;
+		f += w->res[i].st.count[DPL_ACT_F];
+		cr_assert_eq(w->res[i].st.iterations, 2);
+		cr_assert_gt(w->res[i].st.buffer_bytes, 0);
+	}
+	cr_assert_eq(sent, recvd);
+	/* Per iteration: 8 samples x 24 bytes forward and back (384), and
+	 * stage 0's ring over 2 replicas: 5 doubles in chunks of 3 and 2,
+	 * each rank sending one chunk in each of 2 steps (2 x 40 = 80). */
+	cr_assert_eq(sent, 2 * (384 + 80), "sent %llu",
+		     (unsigned long long)sent);
+	cr_assert_eq(f, 2 * (4 + 4 + 4));
+	toy_free(w);
+	free(w);
+}
+
+Test(runner, traces_hold_every_action_of_every_rank)
+{
+	struct toy_world *w = calloc(1, sizeof *w);
+	const dpl_runner *rs[TOY_MAX_RANKS];
+	size_t len = 0, n = 0, actions = 0;
+	char *buf = NULL, *p;
+	FILE *f;
+	uint32_t i;
+
+	w->cfg.world = "trace";
+	w->cfg.policy = DPL_POLICY_GPIPE;
+	w->cfg.stages = 3;
+	w->cfg.microbatches = 2;
+	w->cfg.iterations = 1;
+	w->cfg.batch = 4;
+	w->cfg.trace_capacity = 256;
+	w->cfg.fail_rank = w->cfg.silent_rank = w->cfg.leave_rank = -1;
+	cr_assert_eq(toy_run(w), 0);
+	for (i = 0; i < w->world; i++) {
+		rs[i] = w->res[i].runner;
+		actions += w->res[i].st.actions;
+	}
+	f = open_memstream(&buf, &len);
+	cr_assert_eq(dpl_runner_write_traces(rs, w->world, f), 0);
+	fclose(f);
+	for (p = buf; (p = strstr(p, "\"ph\":\"X\"")) != NULL; p++)
+		n++;
+	cr_assert_eq(n, actions, "%zu events, %zu actions", n, actions);
+	cr_assert(strstr(buf, "\"name\":\"1SEND_F0\"") != NULL);
+	cr_assert(strstr(buf, "\"traceEvents\":[") != NULL);
+	cr_assert_eq(buf[len - 2], '}');
+	free(buf);
+	cr_assert_eq(dpl_runner_write_traces(rs, 0, stdout), DPL_EINVAL);
+	toy_free(w);
+	free(w);
+}
+
+Test(runner, a_native_allreduce_replaces_the_ring, .timeout = 60)
+{
+	struct toy_world *w = calloc(1, sizeof *w);
+	uint32_t i;
+
+	w->cfg.world = "native-ar";
+	w->cfg.ops = dpl_test_ar_shim();
+	w->cfg.policy = DPL_POLICY_1F1B;
+	w->cfg.stages = 2;
+	w->cfg.microbatches = 5;
+	w->cfg.iterations = 2;
+	w->cfg.batch = 7;
+	w->cfg.replicas[0] = 3;
+	w->cfg.replicas[1] = 2;
+	w->cfg.fail_rank = w->cfg.silent_rank = w->cfg.leave_rank = -1;
+	cr_assert_eq(toy_run(w), 0);
+	/* The toy's step checks the reduced gradient on every replica. */
+	check_world(w, "native allreduce");
+	/* 5 ranks in replicated stages, 2 iterations. */
+	cr_assert_eq(atomic_load(&dpl_test_ar_calls), 10);
+	for (i = 0; i < w->world; i++)
+		cr_assert_eq(w->res[i].st.bytes_reduced,
+			     2 * 5 * sizeof(double));
+	toy_free(w);
+	free(w);
+}
