@@ -5,6 +5,7 @@
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "cli.h"
@@ -289,6 +290,19 @@ int cli_out_open(const char *cmd, const char *path, struct cli_out *o)
 		o->tmp = NULL;
 		cli_out_abort(o);
 		return cli_usage_error(cmd, "%s: %s", path, strerror(e));
+	}
+	/* mkstemp makes 0600; give the file the mode open() would. */
+	{
+		mode_t mask = umask(0);
+
+		umask(mask);
+		if (fchmod(fd, 0666 & ~mask) != 0) {
+			int e = errno;
+
+			close(fd);
+			cli_out_abort(o);
+			return cli_fail(cmd, "%s: %s", path, strerror(e));
+		}
 	}
 	o->f = fdopen(fd, "w");
 	if (o->f == NULL) {

@@ -251,7 +251,9 @@ static void print_text(FILE *f, const char *path, const dpl_profile *prof,
 		    : dpl_plan_baseline_name(
 			  (enum dpl_plan_baseline)r->from_baseline),
 		r->dp_runs, (unsigned long long)r->dp_states, r->simulated,
-		r->exact ? "" : " (some search states were capped)");
+		r->exact ? ""
+			 : "\n  (search states were capped or the work limit "
+			   "was reached: not proven pivot-optimal)");
 }
 
 static int write_trace(const char *path, const struct dpl_plan *pl)

@@ -4,13 +4,15 @@
 #include <string.h>
 
 #include <cjson/cJSON.h>
+#include <dpl/json.h>
 
 #include "sched_opts.h"
 
 static void usage(FILE *f)
 {
 	fprintf(f,
-		"usage: dpl simulate (--schedule FILE | --stages S --microbatches M --policy P ...)\n"
+		"usage: dpl simulate (--schedule FILE | --plan PLAN.json |\n"
+		"                     --stages S --microbatches M --policy P ...)\n"
 		"                    [--costs F,B[,I,W]] [--stage-costs FILE.json]\n"
 		"                    [--latency L] [--bandwidth BYTES_PER_UNIT]\n"
 		"                    [--activation-bytes N] [--replicas R] [--param-bytes N]\n"
@@ -18,7 +20,11 @@ static void usage(FILE *f)
 		"                    [--step-cost T] [--trace OUT.json] [--timeline] [--json]\n\n"
 		"Replays a schedule (PyTorch CSV or dpl JSON file, or built from the flags)\n"
 		"and prints its makespan, bubble fraction, and per stage the busy time, peak\n"
-		"in-flight micro-batches and peak activation bytes. --trace writes a Chrome\n"
+		"in-flight micro-batches and peak activation bytes. --plan replays a plan\n"
+		"written by `dpl plan --out` with its own per-stage costs, transfers and\n"
+		"allreduce times, in milliseconds (cost flags are refused with it; the\n"
+		"file has no activation sizes, so peak activation bytes are unknown).\n"
+		"--trace writes a Chrome\n"
 		"trace (open it in Perfetto); --timeline prints the ASCII timeline.\n"
 		"--stage-costs gives per-stage values: {\"stages\": [{\"f\": 1, \"b\": 2,\n"
 		"\"i\": 1, \"w\": 1, \"activation_bytes\": N, \"grad_bytes\": N,\n"
@@ -145,7 +151,33 @@ out:
 	return rc;
 }
 
-static void print_text(const dpl_schedule *s, const dpl_sim *sim)
+/* Load a plan file and build its schedule and simulator parameters. */
+static int load_plan(const char *cmd, const char *path, dpl_schedule **s,
+		     struct dpl_plan_sim *ps)
+{
+	struct dpl_plan plan;
+	char *buf;
+	size_t len;
+	int rc;
+
+	if ((rc = cli_read_file(cmd, path, &buf, &len)))
+		return rc;
+	rc = dpl_plan_read_json(buf, len, &plan);
+	free(buf);
+	if (rc)
+		return cli_usage_error(cmd, "%s: %s", path, dpl_last_error());
+	if (dpl_plan_schedule(&plan, s, ps) != 0)
+		return cli_usage_error(cmd, "%s: %s", path, dpl_last_error());
+	return CLI_OK;
+}
+
+/*
+ * bytes_known: false for --plan, whose file has per-stage times but not
+ * activation sizes (its transfers are given to the simulator as times),
+ * so peak activation bytes are reported as unknown.
+ */
+static void print_text(const dpl_schedule *s, const dpl_sim *sim,
+		       bool bytes_known)
 {
 	struct dpl_sim_summary sum;
 	struct dpl_sim_stage_stats st;
@@ -161,14 +193,18 @@ static void print_text(const dpl_schedule *s, const dpl_sim *sim)
 	       "peak_inflight", "peak_activation_bytes", "finish");
 	for (uint32_t i = 0; i < sum.stages; i++) {
 		dpl_sim_stage(sim, i, &st);
-		printf("%6u %5u %12.6g %13u %22llu %12.6g\n", i, st.rank, st.busy,
-		       st.peak_inflight,
-		       (unsigned long long)st.peak_activation_bytes, st.finish);
+		char bytes[24] = "-";
+
+		if (bytes_known)
+			snprintf(bytes, sizeof bytes, "%llu",
+				 (unsigned long long)st.peak_activation_bytes);
+		printf("%6u %5u %12.6g %13u %22s %12.6g\n", i, st.rank, st.busy,
+		       st.peak_inflight, bytes, st.finish);
 	}
 }
 
 static int print_json(const char *cmd, const dpl_schedule *s,
-		      const dpl_sim *sim)
+		      const dpl_sim *sim, bool bytes_known)
 {
 	struct dpl_sim_summary sum;
 	cJSON *o = cJSON_CreateObject(), *arr, *busy;
@@ -196,8 +232,11 @@ static int print_json(const char *cmd, const dpl_schedule *s,
 		cJSON_AddNumberToObject(e, "rank", st.rank);
 		cJSON_AddNumberToObject(e, "busy", st.busy);
 		cJSON_AddNumberToObject(e, "peak_inflight", st.peak_inflight);
-		cJSON_AddNumberToObject(e, "peak_activation_bytes",
-					(double)st.peak_activation_bytes);
+		if (bytes_known)
+			cJSON_AddNumberToObject(e, "peak_activation_bytes",
+						(double)st.peak_activation_bytes);
+		else
+			cJSON_AddNullToObject(e, "peak_activation_bytes");
 		cJSON_AddNumberToObject(e, "finish", st.finish);
 		cJSON_AddNumberToObject(e, "reduce_start", st.reduce_start);
 		cJSON_AddNumberToObject(e, "reduce_end", st.reduce_end);
@@ -215,7 +254,9 @@ static int print_json(const char *cmd, const dpl_schedule *s,
 static int run(int argc, char **argv)
 {
 	const char *cmd = "simulate", *v, *schedule = NULL, *costs_path = NULL,
-		   *trace = NULL;
+		   *trace = NULL, *plan = NULL;
+	struct dpl_plan_sim *ps = NULL;
+	int cost_flags = 0;
 	struct sched_opts o = {0};
 	struct dpl_sim_params p = {0};
 	struct stage_vals sv = {0};
@@ -241,7 +282,14 @@ static int run(int argc, char **argv)
 				goto done;
 			}
 			schedule = v;
+		} else if (cli_flag(argc, argv, &i, "--plan", &v)) {
+			if (!v || !*v) {
+				rc = cli_missing(cmd, "--plan");
+				goto done;
+			}
+			plan = v;
 		} else if (cli_flag(argc, argv, &i, "--stage-costs", &v)) {
+			cost_flags++;
 			if (!v || !*v) {
 				rc = cli_missing(cmd, "--stage-costs");
 				goto done;
@@ -254,27 +302,34 @@ static int run(int argc, char **argv)
 			}
 			trace = v;
 		} else if (cli_flag(argc, argv, &i, "--latency", &v)) {
+			cost_flags++;
 			rc = cli_double(cmd, "--latency", v, 0, 1e12,
 					&p.link_latency);
 		} else if (cli_flag(argc, argv, &i, "--bandwidth", &v)) {
+			cost_flags++;
 			rc = cli_double(cmd, "--bandwidth", v, 1e-12, 1e18,
 					&p.link_bandwidth);
 		} else if (cli_flag(argc, argv, &i, "--ar-bandwidth", &v)) {
+			cost_flags++;
 			rc = cli_double(cmd, "--ar-bandwidth", v, 1e-12, 1e18,
 					&p.ar_bandwidth);
 		} else if (cli_flag(argc, argv, &i, "--ar-latency", &v)) {
+			cost_flags++;
 			rc = cli_double(cmd, "--ar-latency", v, 0, 1e12,
 					&p.ar_latency);
 		} else if (cli_flag(argc, argv, &i, "--step-cost", &v)) {
 			rc = cli_double(cmd, "--step-cost", v, 0, 1e12,
 					&p.step_cost);
 		} else if (cli_flag(argc, argv, &i, "--activation-bytes", &v)) {
+			cost_flags++;
 			rc = cli_u64(cmd, "--activation-bytes", v, 0,
 				     (uint64_t)1 << 50, &act_all);
 		} else if (cli_flag(argc, argv, &i, "--param-bytes", &v)) {
+			cost_flags++;
 			rc = cli_u64(cmd, "--param-bytes", v, 0,
 				     (uint64_t)1 << 50, &param_all);
 		} else if (cli_flag(argc, argv, &i, "--replicas", &v)) {
+			cost_flags++;
 			rc = cli_u32(cmd, "--replicas", v, 1, 1u << 20, &rep_all);
 		} else if (cli_switch(argv, i, "--json")) {
 			json = true;
@@ -286,16 +341,31 @@ static int run(int argc, char **argv)
 		if (rc)
 			goto done;
 	}
-	if (schedule && (o.have_stages || o.have_microbatches ||
-			 o.have_policy)) {
-		rc = cli_usage_error(cmd, "--schedule and --stages/--microbatches/"
-					  "--policy exclude each other");
+	if ((schedule != NULL) + (plan != NULL) +
+		(o.have_stages || o.have_microbatches || o.have_policy) > 1) {
+		rc = cli_usage_error(cmd, "--schedule, --plan and --stages/"
+					  "--microbatches/--policy exclude each "
+					  "other");
 		goto done;
 	}
-	if (schedule)
+	if (plan && (cost_flags || o.have_costs)) {
+		rc = cli_usage_error(cmd, "--plan carries its own costs; cost, "
+					  "link and allreduce flags are refused "
+					  "with it");
+		goto done;
+	}
+	if (plan) {
+		ps = calloc(1, sizeof *ps);
+		if (ps == NULL) {
+			rc = cli_fail(cmd, "out of memory");
+			goto done;
+		}
+		rc = load_plan(cmd, plan, &s, ps);
+	} else if (schedule) {
 		rc = sched_load_file(cmd, schedule, &s);
-	else
+	} else {
 		rc = sched_opts_build(cmd, &o, &s);
+	}
 	if (rc)
 		goto done;
 	S = dpl_schedule_stages(s);
@@ -321,6 +391,8 @@ static int run(int argc, char **argv)
 	p.grad_bytes = sv.have_grad ? sv.grad : NULL;
 	p.param_bytes = sv.param;
 	p.replicas = sv.rep;
+	if (ps)
+		p = ps->params;
 	if (dpl_sim_run(s, &p, &sim) != 0) {
 		rc = cli_fail(cmd, "%s", dpl_last_error());
 		goto done;
@@ -339,13 +411,14 @@ static int run(int argc, char **argv)
 			goto done;
 	}
 	if (json) {
-		rc = print_json(cmd, s, sim);
+		rc = print_json(cmd, s, sim, ps == NULL);
 	} else {
-		print_text(s, sim);
+		print_text(s, sim, ps == NULL);
 		if (timeline && dpl_sim_write_ascii(sim, stdout, 0, 120) != 0)
 			rc = cli_fail(cmd, "%s", dpl_last_error());
 	}
 done:
+	free(ps);
 	free(sv.cost);
 	free(sv.act);
 	free(sv.grad);

@@ -32,7 +32,7 @@
 #define DP_MAX_CUTS 64
 /* Transitions tried over all micro-batch sizes (about a second); a run
  * that reaches its share stops expanding states (report not exact). */
-#define DP_WORK 40000000ULL
+#define DP_WORK 25000000ULL
 
 struct ent {
 	double z, u, v;

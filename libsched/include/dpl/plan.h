@@ -461,8 +461,9 @@ struct dpl_plan_report {
 	struct dpl_plan baseline[DPL_BASELINE__COUNT];
 	int baseline_found[DPL_BASELINE__COUNT]; /* 0: no plan at all */
 	int exact;          /* no search state dropped a partial plan for
-			       lack of room (front_cap): the DP's result is
-			       the pivot-optimal plan of its search space */
+			       lack of room (front_cap) and no DP run hit
+			       the work limit: the DP's result is the
+			       pivot-optimal plan of its search space */
 	uint32_t dp_runs;   /* micro-batch sizes searched by the DP */
 	uint64_t dp_states; /* partial plans kept over all runs */
 	uint32_t simulated; /* simulator runs while ranking */
@@ -492,7 +493,9 @@ struct dpl_plan_report {
  *    the cut with the fewest crossing bytes is tried; when more than 64
  *    cut positions remain, 64 are kept, one at the end of each of 64
  *    equal shares of the compute (deeper profiles than the paper's).
- *    Building from the
+ *    The DP tries at most about 2.5e7 transitions in all, shared evenly
+ *    by the micro-batch sizes; a run that uses its share stops expanding
+ *    (clusters larger than the paper's 16 devices). Building from the
  *    back places the last stage first; machines are interchangeable, so
  *    this only changes which machine gets which number.
  * 3. The p->candidates best complete plans by pivot latency are tuned
@@ -510,7 +513,8 @@ struct dpl_plan_report {
  * when no plan fits, with the closest attempt's worst stage, its layers,
  * its peak and the overflow in dpl_last_error(); DPL_ENOMEM. *out is
  * written only on success. CPU-bound, single-threaded: under half a
- * second for the paper's models on 16 devices (docs/planner.md).
+ * second for the paper's models on 16 devices, one to two seconds on 64
+ * (docs/planner.md).
  * Thread-safe.
  */
 DPL_EXTERN int dpl_plan_search(const dpl_profile *prof,
