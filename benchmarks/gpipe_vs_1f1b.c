@@ -28,6 +28,8 @@
 #include <string.h>
 #include <time.h>
 
+#include "bench.h"
+
 #include <dpl/device_cpu.h>
 #include <dpl/dpl.h>
 #include <dpl/transport.h>
@@ -63,13 +65,6 @@ struct arg {
 	uint32_t rank;
 };
 
-static double now_s(void)
-{
-	struct timespec t;
-
-	clock_gettime(CLOCK_MONOTONIC, &t);
-	return t.tv_sec + t.tv_nsec / 1e9;
-}
 
 static void *rank_main(void *p)
 {
@@ -128,12 +123,12 @@ static void *rank_main(void *p)
 	pthread_barrier_wait(&w->bar);
 	for (i = 0; w->rc == 0 && i <= c->reps; i++) {
 		pthread_barrier_wait(&w->bar);
-		w->t0[i ? i - 1 : 0][a->rank] = now_s();
+		w->t0[i ? i - 1 : 0][a->rank] = bench_seconds(CLOCK_MONOTONIC);
 		if (dpl_runner_step(r) != 0) {
 			fprintf(stderr, "%s\n", dpl_last_error());
 			w->rc = -1;
 		}
-		w->t1[i ? i - 1 : 0][a->rank] = now_s();
+		w->t1[i ? i - 1 : 0][a->rank] = bench_seconds(CLOCK_MONOTONIC);
 		pthread_barrier_wait(&w->bar);
 	}
 	if (w->rc == 0 && dpl_runner_stage_stats(r, a->rank, &ss) == 0 &&
@@ -151,18 +146,7 @@ static void *rank_main(void *p)
 	return NULL;
 }
 
-static int cmp(const void *a, const void *b)
-{
-	double x = *(const double *)a, y = *(const double *)b;
 
-	return x < y ? -1 : x > y;
-}
-
-static double median(double *v, int n)
-{
-	qsort(v, (size_t)n, sizeof *v, cmp);
-	return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
-}
 
 struct result {
 	const char *policy;
@@ -220,7 +204,7 @@ static int run(const struct cfg *c, enum dpl_policy pol, uint32_t M,
 	memcpy(it, res->its, (size_t)res->nits * sizeof *it);
 	res->policy = dpl_policy_name(pol);
 	res->M = M;
-	res->iteration_ms = median(it, res->nits) * 1e3;
+	res->iteration_ms = bench_median(it, res->nits) * 1e3;
 	res->samples_per_s = (double)c->mb * M / (res->iteration_ms / 1e3);
 	res->peak_bytes = 0;
 	for (i = 0; i < c->S; i++)

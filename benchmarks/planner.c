@@ -19,6 +19,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "bench.h"
+
 #include <dpl/dpl.h>
 
 #ifndef DPL_PROFILES_DIR
@@ -52,20 +54,7 @@ static const struct {
 	uint32_t microbatches; /* 0: chosen */
 } sections[] = {{"A", 0}, {"B", 8}};
 
-static double now(clockid_t id)
-{
-	struct timespec t;
 
-	clock_gettime(id, &t);
-	return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
-}
-
-static int cmp_double(const void *a, const void *b)
-{
-	double x = *(const double *)a, y = *(const double *)b;
-
-	return x < y ? -1 : x > y;
-}
 
 /* "8:8 mb8x64 1f1b-comm"; runs of three or more equal replica counts
  * are written R*n ("1*16" is a straight 16-stage pipeline). */
@@ -178,15 +167,15 @@ int main(int argc, char **argv)
 
 				dpl_cluster_preset(clusters[c], &cl);
 				for (int k = 0; k < REPS; k++) {
-					double w0 = now(CLOCK_MONOTONIC);
-					double c0 = now(CLOCK_PROCESS_CPUTIME_ID);
+					double w0 = bench_seconds(CLOCK_MONOTONIC);
+					double c0 = bench_seconds(CLOCK_PROCESS_CPUTIME_ID);
 
 					rc = dpl_plan_search(prof, &cl, &p, r);
-					wall[k] = now(CLOCK_MONOTONIC) - w0;
-					cpu[k] = now(CLOCK_PROCESS_CPUTIME_ID) - c0;
+					wall[k] = bench_seconds(CLOCK_MONOTONIC) - w0;
+					cpu[k] = bench_seconds(CLOCK_PROCESS_CPUTIME_ID) - c0;
 				}
-				qsort(wall, REPS, sizeof wall[0], cmp_double);
-				qsort(cpu, REPS, sizeof cpu[0], cmp_double);
+				qsort(wall, REPS, sizeof wall[0], bench_cmp_double);
+				qsort(cpu, REPS, sizeof cpu[0], bench_cmp_double);
 				cases++;
 				if (wall[REPS / 2] > max_plan_s)
 					max_plan_s = wall[REPS / 2];

@@ -26,6 +26,8 @@
 #include <string.h>
 #include <time.h>
 
+#include "bench.h"
+
 #include <dpl/dpl.h>
 #include <dpl/transport.h>
 
@@ -145,18 +147,7 @@ static void *rank_main(void *p)
 	return NULL;
 }
 
-static int cmp(const void *a, const void *b)
-{
-	double x = *(const double *)a, y = *(const double *)b;
 
-	return x < y ? -1 : x > y;
-}
-
-static double median(double *v, int n)
-{
-	qsort(v, (size_t)n, sizeof *v, cmp);
-	return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
-}
 
 struct result {
 	uint32_t S, M;
@@ -218,9 +209,9 @@ static int bench(uint32_t S, uint32_t M, uint32_t reps, struct result *res)
 	res->S = S;
 	res->M = M;
 	res->actions = w->actions;
-	res->cpu_ns_per_action = median(cpu, (int)reps);
-	res->busy_ns_per_action = median(busy, (int)reps);
-	res->wall_us_per_step = median(wall, (int)reps);
+	res->cpu_ns_per_action = bench_median(cpu, (int)reps);
+	res->busy_ns_per_action = bench_median(busy, (int)reps);
+	res->wall_us_per_step = bench_median(wall, (int)reps);
 	dpl_schedule_destroy(w->s);
 	free(w);
 	return 0;

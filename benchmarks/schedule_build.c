@@ -16,6 +16,8 @@
 #include <string.h>
 #include <time.h>
 
+#include "bench.h"
+
 #include <dpl/dpl.h>
 
 struct result {
@@ -24,26 +26,8 @@ struct result {
 	double bytes_per_action;                /* schedule + sim result */
 };
 
-static double now(void)
-{
-	struct timespec t;
 
-	clock_gettime(CLOCK_MONOTONIC, &t);
-	return t.tv_sec + t.tv_nsec * 1e-9;
-}
 
-static int cmp_double(const void *a, const void *b)
-{
-	double x = *(const double *)a, y = *(const double *)b;
-
-	return x < y ? -1 : x > y;
-}
-
-static double median(double *v, int n)
-{
-	qsort(v, n, sizeof *v, cmp_double);
-	return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
-}
 
 static struct dpl_schedule_params params(enum dpl_policy p, uint32_t S,
 					 uint32_t M)
@@ -67,20 +51,20 @@ static __attribute__((noinline)) int bench_case(enum dpl_policy p, uint32_t S,
 	dpl_schedule *s;
 	dpl_sim *sim;
 	struct mallinfo2 m0 = mallinfo2(), m1;
-	double a = now(), b, c, d, e;
+	double a = bench_seconds(CLOCK_MONOTONIC), b, c, d, e;
 
 	if (dpl_schedule_build(&prm, &s))
 		return -1;
-	b = now();
+	b = bench_seconds(CLOCK_MONOTONIC);
 	if (dpl_schedule_lower(s))
 		return -1;
-	c = now();
+	c = bench_seconds(CLOCK_MONOTONIC);
 	if (dpl_schedule_validate(s, NULL))
 		return -1;
-	d = now();
+	d = bench_seconds(CLOCK_MONOTONIC);
 	if (dpl_sim_run(s, NULL, &sim))
 		return -1;
-	e = now();
+	e = bench_seconds(CLOCK_MONOTONIC);
 	m1 = mallinfo2();
 	*actions = dpl_schedule_action_count(s);
 	*bytes = m1.uordblks - m0.uordblks;
@@ -172,17 +156,17 @@ int main(int argc, char **argv)
 				ts[i] = t[3];
 				tt[i] = t[0] + t[1] + t[2];
 			}
-			r.build = median(tb, reps);
-			r.lower = median(tl, reps);
-			r.validate = median(tv, reps);
-			r.simulate = median(ts, reps);
+			r.build = bench_median(tb, reps);
+			r.lower = bench_median(tl, reps);
+			r.validate = bench_median(tv, reps);
+			r.simulate = bench_median(ts, reps);
 			r.actions = n;
 			r.bytes_per_action = (double)bytes / n;
 			printf("%-12s %4u %5u %9zu %9.3f %9.3f %9.3f %9.3f %11.3f "
 			       "%9.1f\n",
 			       dpl_policy_name(pols[k]), S, M, n, r.build * 1e3,
 			       r.lower * 1e3, r.validate * 1e3, r.simulate * 1e3,
-			       median(tt, reps) * 1e3, r.bytes_per_action);
+			       bench_median(tt, reps) * 1e3, r.bytes_per_action);
 			fprintf(jf,
 				"%s{\"policy\":\"%s\",\"stages\":%u,"
 				"\"microbatches\":%u,\"actions\":%zu,"
@@ -192,7 +176,7 @@ int main(int argc, char **argv)
 				"\"bytes_per_action\":%.2f}",
 				(z || k) ? "," : "", dpl_policy_name(pols[k]), S,
 				M, n, r.build, r.lower, r.validate, r.simulate,
-				median(tt, reps), r.bytes_per_action);
+				bench_median(tt, reps), r.bytes_per_action);
 		}
 	fprintf(jf, "]}\n");
 	if (fclose(jf) != 0) {

@@ -19,6 +19,8 @@
 #include <string.h>
 #include <time.h>
 
+#include "bench.h"
+
 #include <dpl/device_synthetic.h>
 #include <dpl/dpl.h>
 #include <dpl/transport.h>
@@ -46,13 +48,6 @@ struct arg {
 	uint32_t rank;
 };
 
-static double now_ms(void)
-{
-	struct timespec t;
-
-	clock_gettime(CLOCK_MONOTONIC, &t);
-	return t.tv_sec * 1e3 + t.tv_nsec / 1e6;
-}
 
 static void *rank_main(void *p)
 {
@@ -96,12 +91,12 @@ static void *rank_main(void *p)
 	pthread_barrier_wait(&w->bar);
 	for (i = 0; w->rc == 0 && i <= w->reps; i++) {
 		pthread_barrier_wait(&w->bar);
-		w->t0[i ? i - 1 : 0][a->rank] = now_ms();
+		w->t0[i ? i - 1 : 0][a->rank] = (bench_seconds(CLOCK_MONOTONIC) * 1e3);
 		if (dpl_runner_step(r) != 0) {
 			fprintf(stderr, "%s\n", dpl_last_error());
 			w->rc = -1;
 		}
-		w->t1[i ? i - 1 : 0][a->rank] = now_ms();
+		w->t1[i ? i - 1 : 0][a->rank] = (bench_seconds(CLOCK_MONOTONIC) * 1e3);
 		pthread_barrier_wait(&w->bar);
 	}
 	for (s = 0; syn && s < w->nstages; s++) {
@@ -121,18 +116,7 @@ static void *rank_main(void *p)
 	return NULL;
 }
 
-static int cmp(const void *a, const void *b)
-{
-	double x = *(const double *)a, y = *(const double *)b;
 
-	return x < y ? -1 : x > y;
-}
-
-static double median(double *v, int n)
-{
-	qsort(v, (size_t)n, sizeof *v, cmp);
-	return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
-}
 
 struct result {
 	const char *policy;
@@ -210,7 +194,7 @@ static int bench(enum dpl_policy pol, bool skew, uint32_t reps,
 	}
 	res->policy = dpl_policy_name(pol);
 	res->shape = skew ? "uneven" : "even";
-	res->measured_ms = median(it, (int)reps);
+	res->measured_ms = bench_median(it, (int)reps);
 	res->predicted_ms = sum.makespan;
 	res->ratio = res->measured_ms / res->predicted_ms;
 	res->late_us_per_call = calls ? late / 1e3 / calls : 0;

@@ -16,13 +16,9 @@
 #include <cjson/cJSON.h>
 #include <criterion/criterion.h>
 
-extern char **environ;
+#include "cli_run.h"
 
-struct res {
-	int code;
-	char out[65536];
-	char err[4096];
-};
+
 
 static char dir[] = "/tmp/dpl-cli-XXXXXX";
 
@@ -39,51 +35,10 @@ static void teardown(void)
 	cr_assert_eq(system(cmd), 0);
 }
 
-static void slurp(const char *path, char *buf, size_t n)
-{
-	FILE *f = fopen(path, "r");
-	size_t got = f ? fread(buf, 1, n - 1, f) : 0;
 
-	buf[got] = '\0';
-	if (f)
-		fclose(f);
-}
 
-/* Run dpl with a NULL-terminated argument list; stdout/stderr captured. */
-static void run(struct res *r, const char *const *args)
-{
-	char *argv[64], out[256], err[256];
-	posix_spawn_file_actions_t fa;
-	pid_t pid;
-	int st, n = 0;
 
-	argv[n++] = (char *)DPL_CLI_PATH;
-	while (args[n - 1] && n < 63) {
-		argv[n] = (char *)args[n - 1];
-		n++;
-	}
-	argv[n] = NULL;
-	snprintf(out, sizeof out, "%s/stdout", dir);
-	snprintf(err, sizeof err, "%s/stderr", dir);
-	posix_spawn_file_actions_init(&fa);
-	posix_spawn_file_actions_addopen(&fa, 1, out, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-	posix_spawn_file_actions_addopen(&fa, 2, err, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-	cr_assert_eq(posix_spawn(&pid, DPL_CLI_PATH, &fa, NULL, argv, environ), 0);
-	posix_spawn_file_actions_destroy(&fa);
-	cr_assert_eq(waitpid(pid, &st, 0), pid);
-	cr_assert(WIFEXITED(st), "dpl died");
-	r->code = WEXITSTATUS(st);
-	slurp(out, r->out, sizeof r->out);
-	slurp(err, r->err, sizeof r->err);
-}
-
-#define RUN(r, ...)                                                           \
-	do {                                                                  \
-		const char *const a_[] = {__VA_ARGS__, NULL};                 \
-		run((r), a_);                                                 \
-	} while (0)
-
-static void one_line_error(const struct res *r, const char *want)
+static void one_line_error(const struct cli_res *r, const char *want)
 {
 	cr_assert_eq(r->code, 2, "exit %d, stderr: %s", r->code, r->err);
 	cr_assert(strstr(r->err, want), "stderr '%s' lacks '%s'", r->err, want);
@@ -126,7 +81,7 @@ TestSuite(cli, .init = setup, .fini = teardown, .timeout = 60);
 
 Test(cli, version_and_help)
 {
-	struct res r;
+	struct cli_res r;
 
 	RUN(&r, "--version");
 	cr_assert_eq(r.code, 0);
@@ -144,7 +99,7 @@ Test(cli, version_and_help)
 
 Test(cli, bad_flags_name_themselves)
 {
-	struct res r;
+	struct cli_res r;
 
 	RUN(&r, "schedule", "--stages", "4", "--microbatches", "8", "--policy",
 	    "1f1b", "--frob");
@@ -186,7 +141,7 @@ Test(cli, bad_flags_name_themselves)
 
 Test(cli, absurd_sizes_are_refused)
 {
-	struct res r;
+	struct cli_res r;
 
 	RUN(&r, "schedule", "--stages", "4096", "--microbatches", "1048576",
 	    "--policy", "gpipe", "--format", "csv");
@@ -195,7 +150,7 @@ Test(cli, absurd_sizes_are_refused)
 
 Test(cli, csv_is_pytorch_compute_only)
 {
-	struct res r;
+	struct cli_res r;
 
 	/* DAPPLE policy A by hand: stage s warms up with min(S-s, M). */
 	RUN(&r, "schedule", "--stages", "3", "--microbatches", "4", "--policy",
@@ -208,7 +163,7 @@ Test(cli, csv_is_pytorch_compute_only)
 
 Test(cli, simulate_json_and_trace)
 {
-	struct res r;
+	struct cli_res r;
 	char trace[256], buf[1 << 16];
 	cJSON *o, *st;
 
@@ -236,7 +191,7 @@ Test(cli, simulate_json_and_trace)
 			     100 * (4 - k));
 	}
 	cJSON_Delete(o);
-	slurp(trace, buf, sizeof buf);
+	cli_slurp(trace, buf, sizeof buf);
 	o = cJSON_Parse(buf);
 	cr_assert_not_null(o, "trace is not JSON");
 	cr_assert(cJSON_IsArray(cJSON_GetObjectItem(o, "traceEvents")));
@@ -245,7 +200,7 @@ Test(cli, simulate_json_and_trace)
 
 Test(cli, csv_round_trip_through_simulate)
 {
-	struct res r;
+	struct cli_res r;
 	char csv[256];
 
 	path_in(csv, sizeof csv, "zb.csv");
@@ -262,7 +217,7 @@ Test(cli, csv_round_trip_through_simulate)
 
 Test(cli, malformed_files_give_their_position)
 {
-	struct res r;
+	struct cli_res r;
 	char bad[256];
 
 	path_in(bad, sizeof bad, "bad.csv");
@@ -279,7 +234,7 @@ Test(cli, malformed_files_give_their_position)
 
 Test(cli, no_partial_output_file)
 {
-	struct res r;
+	struct cli_res r;
 	char out[256];
 	struct stat sb;
 

@@ -19,13 +19,9 @@
 #include <cjson/cJSON.h>
 #include <criterion/criterion.h>
 
-extern char **environ;
+#include "cli_run.h"
 
-struct res {
-	int code;
-	char out[1 << 18];
-	char err[4096];
-};
+
 
 static char dir[] = "/tmp/dpl-cli-plan-XXXXXX";
 static char profiles[512];
@@ -56,48 +52,8 @@ static void need_profile(char *path, size_t n, const char *name)
 			     path);
 }
 
-static void slurp(const char *path, char *buf, size_t n)
-{
-	FILE *f = fopen(path, "r");
-	size_t got = f ? fread(buf, 1, n - 1, f) : 0;
 
-	buf[got] = '\0';
-	if (f)
-		fclose(f);
-}
 
-static void run(struct res *r, const char *const *args)
-{
-	char *argv[64], out[256], err[256];
-	posix_spawn_file_actions_t fa;
-	pid_t pid;
-	int st, n = 0;
-
-	argv[n++] = (char *)DPL_CLI_PATH;
-	while (args[n - 1] && n < 63) {
-		argv[n] = (char *)args[n - 1];
-		n++;
-	}
-	argv[n] = NULL;
-	snprintf(out, sizeof out, "%s/stdout", dir);
-	snprintf(err, sizeof err, "%s/stderr", dir);
-	posix_spawn_file_actions_init(&fa);
-	posix_spawn_file_actions_addopen(&fa, 1, out, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-	posix_spawn_file_actions_addopen(&fa, 2, err, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-	cr_assert_eq(posix_spawn(&pid, DPL_CLI_PATH, &fa, NULL, argv, environ), 0);
-	posix_spawn_file_actions_destroy(&fa);
-	cr_assert_eq(waitpid(pid, &st, 0), pid);
-	cr_assert(WIFEXITED(st), "dpl died");
-	r->code = WEXITSTATUS(st);
-	slurp(out, r->out, sizeof r->out);
-	slurp(err, r->err, sizeof r->err);
-}
-
-#define RUN(r, ...)                                                           \
-	do {                                                                  \
-		const char *const a_[] = {__VA_ARGS__, NULL};                 \
-		run((r), a_);                                                 \
-	} while (0)
 
 static double num(const cJSON *o, const char *key)
 {
@@ -111,7 +67,7 @@ TestSuite(cli_plan, .init = setup, .fini = teardown);
 
 Test(cli_plan, bad_input_is_one_line_and_exit_2)
 {
-	static struct res r;
+	static struct cli_res r;
 	char bad[512], out[512];
 	struct stat sb;
 	FILE *f;
@@ -150,7 +106,7 @@ Test(cli_plan, bad_input_is_one_line_and_exit_2)
 
 Test(cli_plan, vgg_plan_file_invariants_and_replay, .timeout = 120)
 {
-	static struct res r, again;
+	static struct cli_res r, again;
 	char prof[1024], out[512];
 	cJSON *o, *stages, *st, *bl;
 	uint64_t seen = 0;
@@ -225,7 +181,7 @@ Test(cli_plan, vgg_plan_file_invariants_and_replay, .timeout = 120)
 
 Test(cli_plan, no_fit_exits_1_naming_the_stage, .timeout = 120)
 {
-	static struct res r;
+	static struct cli_res r;
 	char prof[1024], cl[512];
 	FILE *f;
 

@@ -14,39 +14,11 @@
 #include <dpl/plan.h>
 
 #include "internal.h"
+#include "json_util.h"
 
 /* ---- shared reading helpers ---------------------------------------- */
 
-static const char *type_name(const cJSON *j)
-{
-	if (cJSON_IsBool(j))
-		return "a boolean";
-	if (cJSON_IsNull(j))
-		return "null";
-	if (cJSON_IsNumber(j))
-		return "a number";
-	if (cJSON_IsString(j))
-		return "a string";
-	if (cJSON_IsArray(j))
-		return "an array";
-	if (cJSON_IsObject(j))
-		return "an object";
-	return "something else";
-}
 
-static void line_col(const char *text, size_t pos, size_t *line, size_t *col)
-{
-	*line = 1;
-	*col = 1;
-	for (size_t i = 0; i < pos; i++) {
-		if (text[i] == '\n') {
-			(*line)++;
-			*col = 1;
-		} else {
-			(*col)++;
-		}
-	}
-}
 
 /* Parse `len` bytes as one JSON value; `what` names it in messages. */
 static int parse_text(const char *text, size_t len, const char *what,
@@ -68,7 +40,7 @@ static int parse_text(const char *text, size_t len, const char *what,
 		pos = end && end >= text && end <= text + len
 			  ? (size_t)(end - text)
 			  : 0;
-		line_col(text, pos, &line, &col);
+		dpl__json_line_col(text, pos, &line, &col);
 		return dpl__error(DPL_EPARSE,
 				  "JSON syntax error at line %zu, column %zu",
 				  line, col);
@@ -77,7 +49,7 @@ static int parse_text(const char *text, size_t len, const char *what,
 	     pos < len && text[pos] && strchr(" \t\r\n", text[pos]); pos++)
 		;
 	if (pos < len) {
-		line_col(text, pos, &line, &col);
+		dpl__json_line_col(text, pos, &line, &col);
 		cJSON_Delete(root);
 		return dpl__error(DPL_EPARSE,
 				  "text after the JSON value at line %zu, "
@@ -87,7 +59,7 @@ static int parse_text(const char *text, size_t len, const char *what,
 	if (!cJSON_IsObject(root)) {
 		int rc = dpl__error(DPL_EPARSE,
 				    "top level: expected an object, got %s",
-				    type_name(root));
+				    dpl__json_type_name(root));
 
 		cJSON_Delete(root);
 		return rc;
@@ -142,7 +114,7 @@ static int get_num(const cJSON *j, const char *path, double min, double *out)
 {
 	if (!cJSON_IsNumber(j))
 		return dpl__error(DPL_EPARSE, "%s: expected a number, got %s",
-				  path, type_name(j));
+				  path, dpl__json_type_name(j));
 	if (!isfinite(j->valuedouble))
 		return dpl__error(DPL_EPARSE, "%s: not a finite number", path);
 	if (j->valuedouble < min)
@@ -159,7 +131,7 @@ static int get_uint(const cJSON *j, const char *path, uint32_t min,
 
 	if (!cJSON_IsNumber(j))
 		return dpl__error(DPL_EPARSE, "%s: expected an integer, got %s",
-				  path, type_name(j));
+				  path, dpl__json_type_name(j));
 	d = j->valuedouble;
 	if (!(d >= 0))
 		return dpl__error(DPL_EPARSE, "%s: %.17g is negative", path, d);
@@ -178,7 +150,7 @@ static int get_bool(const cJSON *j, const char *path, int *out)
 {
 	if (!cJSON_IsBool(j))
 		return dpl__error(DPL_EPARSE, "%s: expected a boolean, got %s",
-				  path, type_name(j));
+				  path, dpl__json_type_name(j));
 	*out = cJSON_IsTrue(j);
 	return 0;
 }
@@ -187,7 +159,7 @@ static int get_str(const cJSON *j, const char *path, const char **out)
 {
 	if (!cJSON_IsString(j))
 		return dpl__error(DPL_EPARSE, "%s: expected a string, got %s",
-				  path, type_name(j));
+				  path, dpl__json_type_name(j));
 	*out = j->valuestring;
 	return 0;
 }
@@ -268,7 +240,7 @@ static int read_profile(const cJSON *root, dpl_profile **out)
 		return rc;
 	if (!cJSON_IsArray(v[PK_LAYERS]))
 		return dpl__error(DPL_EPARSE, "layers: expected an array, got %s",
-				  type_name(v[PK_LAYERS]));
+				  dpl__json_type_name(v[PK_LAYERS]));
 	size = cJSON_GetArraySize(v[PK_LAYERS]);
 	if (size < 1)
 		return dpl__error(DPL_EPARSE, "layers: the list is empty");
@@ -279,7 +251,7 @@ static int read_profile(const cJSON *root, dpl_profile **out)
 			free(layers);
 			return dpl__error(DPL_EPARSE,
 					  "edges: expected an array, got %s",
-					  type_name(v[PK_EDGES]));
+					  dpl__json_type_name(v[PK_EDGES]));
 		}
 		ne = (size_t)cJSON_GetArraySize(v[PK_EDGES]);
 	}
@@ -296,7 +268,7 @@ static int read_profile(const cJSON *root, dpl_profile **out)
 		if (!cJSON_IsObject(e)) {
 			rc = dpl__error(DPL_EPARSE,
 					"%s: expected an object, got %s", path,
-					type_name(e));
+					dpl__json_type_name(e));
 			goto out;
 		}
 		if ((rc = collect(e, path, NULL, lkeys, LK__N,
@@ -330,7 +302,7 @@ static int read_profile(const cJSON *root, dpl_profile **out)
 			if (!cJSON_IsArray(e) || cJSON_GetArraySize(e) != 2) {
 				rc = dpl__error(DPL_EPARSE,
 						"%s: expected [from, to], got %s",
-						path, type_name(e));
+						path, dpl__json_type_name(e));
 				goto out;
 			}
 			snprintf(path, sizeof path, "edges[%u][0]", k);
@@ -748,7 +720,7 @@ static int read_stage(const cJSON *e, uint32_t s, struct dpl_plan_stage *st,
 	snprintf(path, sizeof path, "stages[%u]", s);
 	if (!cJSON_IsObject(e))
 		return dpl__error(DPL_EPARSE, "%s: expected an object, got %s",
-				  path, type_name(e));
+				  path, dpl__json_type_name(e));
 	if ((rc = collect(e, path, NULL, skeys, SK__N,
 			  (1u << SK_FIRST) | (1u << SK_LAST) |
 			      (1u << SK_DEVICES) | (1u << SK_F) | (1u << SK_B) |
@@ -838,7 +810,7 @@ static int read_plan(const cJSON *root, struct dpl_plan *pl)
 		if (!cJSON_IsObject(v[QK_CLUSTER]))
 			return dpl__error(DPL_EPARSE,
 					  "cluster: expected an object, got %s",
-					  type_name(v[QK_CLUSTER]));
+					  dpl__json_type_name(v[QK_CLUSTER]));
 		if ((rc = read_cluster(v[QK_CLUSTER], "cluster", &c)))
 			return rc;
 	}
@@ -850,7 +822,7 @@ static int read_plan(const cJSON *root, struct dpl_plan *pl)
 		return rc;
 	if (!cJSON_IsArray(v[QK_STAGES]))
 		return dpl__error(DPL_EPARSE, "stages: expected an array, got %s",
-				  type_name(v[QK_STAGES]));
+				  dpl__json_type_name(v[QK_STAGES]));
 	size = cJSON_GetArraySize(v[QK_STAGES]);
 	if (size < 1 || size > DPL_PLAN_MAX_STAGES)
 		return dpl__error(DPL_EPARSE,
@@ -933,7 +905,7 @@ static int read_plan(const cJSON *root, struct dpl_plan *pl)
 		if (v[b] && !cJSON_IsObject(v[b]))
 			return dpl__error(DPL_EPARSE,
 					  "%s: expected an object, got %s",
-					  qkeys[b], type_name(v[b]));
+					  qkeys[b], dpl__json_type_name(v[b]));
 	return 0;
 }
 

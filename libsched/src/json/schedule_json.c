@@ -11,6 +11,7 @@
 #include <dpl/json.h>
 
 #include "internal.h"
+#include "json_util.h"
 
 #define SJ_FORMAT "dpl-schedule"
 #define SJ_VERSION 1
@@ -76,22 +77,6 @@ struct sj_path {
 	char text[64];
 };
 
-static const char *type_name(const cJSON *j)
-{
-	if (cJSON_IsBool(j))
-		return "a boolean";
-	if (cJSON_IsNull(j))
-		return "null";
-	if (cJSON_IsNumber(j))
-		return "a number";
-	if (cJSON_IsString(j))
-		return "a string";
-	if (cJSON_IsArray(j))
-		return "an array";
-	if (cJSON_IsObject(j))
-		return "an object";
-	return "something else";
-}
 
 /* An integer in [min, 2^31) at `path`. */
 static int get_u31(const cJSON *j, const char *path, uint32_t min,
@@ -102,7 +87,7 @@ static int get_u31(const cJSON *j, const char *path, uint32_t min,
 
 	if (!cJSON_IsNumber(j))
 		return dpl__error(DPL_EPARSE, "%s: expected an integer, got %s",
-				  path, type_name(j));
+				  path, dpl__json_type_name(j));
 	d = j->valuedouble;
 	if (d < 0)
 		return dpl__error(DPL_EPARSE, "%s: %g is negative", path, d);
@@ -129,7 +114,7 @@ static int check_size(const cJSON *j, const char *key, uint32_t n)
 
 	if (!cJSON_IsArray(j))
 		return dpl__error(DPL_EPARSE, "%s: expected an array, got %s",
-				  key, type_name(j));
+				  key, dpl__json_type_name(j));
 	size = cJSON_GetArraySize(j);
 	if (size < 0 || (uint32_t)size != n)
 		return dpl__error(DPL_EPARSE,
@@ -216,22 +201,6 @@ static int collect_keys(const cJSON *root, const cJSON **v)
 }
 
 /* Line and column (1-based) of byte `pos` of text. */
-static void line_col(const char *text, size_t pos, size_t *line,
-		     size_t *col)
-{
-	size_t i;
-
-	*line = 1;
-	*col = 1;
-	for (i = 0; i < pos; i++) {
-		if (text[i] == '\n') {
-			(*line)++;
-			*col = 1;
-		} else {
-			(*col)++;
-		}
-	}
-}
 
 struct sj_head {
 	enum dpl_policy policy;
@@ -247,7 +216,7 @@ static int read_head(const cJSON *const *v, struct sj_head *h)
 
 	if (!cJSON_IsString(v[K_FORMAT]))
 		return dpl__error(DPL_EPARSE, "format: expected a string, got %s",
-				  type_name(v[K_FORMAT]));
+				  dpl__json_type_name(v[K_FORMAT]));
 	if (strcmp(v[K_FORMAT]->valuestring, SJ_FORMAT) != 0)
 		return dpl__error(DPL_EPARSE,
 				  "format: '%.40s' is not a dpl schedule "
@@ -262,7 +231,7 @@ static int read_head(const cJSON *const *v, struct sj_head *h)
 				  version, SJ_VERSION);
 	if (!cJSON_IsString(v[K_POLICY]))
 		return dpl__error(DPL_EPARSE, "policy: expected a string, got %s",
-				  type_name(v[K_POLICY]));
+				  dpl__json_type_name(v[K_POLICY]));
 	if (dpl_policy_parse(v[K_POLICY]->valuestring, &h->policy) != 0) {
 		snprintf(why, sizeof why, "%s", dpl_last_error());
 		return dpl__error(DPL_EPARSE, "policy: %s", why);
@@ -279,7 +248,7 @@ static int read_head(const cJSON *const *v, struct sj_head *h)
 	if (!cJSON_IsBool(v[K_LOWERED]))
 		return dpl__error(DPL_EPARSE,
 				  "lowered: expected a boolean, got %s",
-				  type_name(v[K_LOWERED]));
+				  dpl__json_type_name(v[K_LOWERED]));
 	h->lowered = cJSON_IsTrue(v[K_LOWERED]);
 	return 0;
 }
@@ -298,7 +267,7 @@ static int read_actions(const cJSON *j, dpl_schedule *s,
 	if (!cJSON_IsArray(j))
 		return dpl__error(DPL_EPARSE,
 				  "actions: expected an array, got %s",
-				  type_name(j));
+				  dpl__json_type_name(j));
 	size = cJSON_GetArraySize(j);
 	if (size < 0 || (uint32_t)size != h->ranks)
 		return dpl__error(DPL_EPARSE,
@@ -311,7 +280,7 @@ static int read_actions(const cJSON *j, dpl_schedule *s,
 			return dpl__error(DPL_EPARSE,
 					  "actions[%u]: expected an array, "
 					  "got %s",
-					  r, type_name(list));
+					  r, dpl__json_type_name(list));
 		i = 0;
 		cJSON_ArrayForEach(e, list)
 		{
@@ -320,7 +289,7 @@ static int read_actions(const cJSON *j, dpl_schedule *s,
 				return dpl__error(DPL_EPARSE,
 						  "%s: expected a string, "
 						  "got %s",
-						  path, type_name(e));
+						  path, dpl__json_type_name(e));
 			if (dpl_action_parse(e->valuestring,
 					     strlen(e->valuestring), &a) ||
 			    dpl_schedule_append(s, r, a)) {
@@ -360,7 +329,7 @@ static int read_root(const cJSON *root, dpl_schedule **out)
 	if (!cJSON_IsObject(root))
 		return dpl__error(DPL_EPARSE,
 				  "top level: expected an object, got %s",
-				  type_name(root));
+				  dpl__json_type_name(root));
 	if ((rc = collect_keys(root, v)) || (rc = read_head(v, &h)))
 		return rc;
 	/* Sizes first: the arrays bound what "stages" may allocate. */
@@ -419,7 +388,7 @@ int dpl_schedule_read_json(const char *text, size_t len, dpl_schedule **out)
 		pos = end && end >= text && end <= text + len
 			  ? (size_t)(end - text)
 			  : 0;
-		line_col(text, pos, &line, &col);
+		dpl__json_line_col(text, pos, &line, &col);
 		return dpl__error(DPL_EPARSE,
 				  "JSON syntax error at line %zu, column %zu",
 				  line, col);
@@ -428,7 +397,7 @@ int dpl_schedule_read_json(const char *text, size_t len, dpl_schedule **out)
 	     pos < len && text[pos] && strchr(" \t\r\n", text[pos]); pos++)
 		;
 	if (pos < len) {
-		line_col(text, pos, &line, &col);
+		dpl__json_line_col(text, pos, &line, &col);
 		rc = dpl__error(DPL_EPARSE,
 				"text after the JSON value at line %zu, "
 				"column %zu",
