@@ -12,28 +12,8 @@
 
 #include <dpl/dpl.h>
 
-static char *slurp(const char *name, size_t *len)
-{
-	char path[1024];
-	FILE *f;
-	char *buf;
-	long n;
+#include "sched_util.h"
 
-	snprintf(path, sizeof path, "%s/%s", DPL_TEST_DATA_DIR, name);
-	f = fopen(path, "rb");
-	cr_assert_not_null(f, "cannot open %s", path);
-	cr_assert_eq(fseek(f, 0, SEEK_END), 0);
-	n = ftell(f);
-	cr_assert_geq(n, 0);
-	rewind(f);
-	buf = malloc((size_t)n + 1);
-	cr_assert_not_null(buf);
-	cr_assert_eq(fread(buf, 1, (size_t)n, f), (size_t)n);
-	buf[n] = '\0';
-	fclose(f);
-	*len = (size_t)n;
-	return buf;
-}
 
 static dpl_schedule *load_text(const char *text)
 {
@@ -45,92 +25,11 @@ static dpl_schedule *load_text(const char *text)
 	return s;
 }
 
-/* Rank `rank`'s list must read as the `n` texts in `want`. */
-static void expect_list(const dpl_schedule *s, uint32_t rank,
-			const char *const *want, size_t n)
-{
-	const struct dpl_action *a;
-	char t[DPL_ACTION_TEXT_MAX];
-	size_t len, i;
 
-	a = dpl_schedule_actions(s, rank, &len);
-	cr_assert_eq(len, n, "rank %u: %zu actions, expected %zu", rank, len,
-		     n);
-	for (i = 0; i < n; i++) {
-		cr_assert_geq(dpl_action_format(a[i], t, sizeof t), 0);
-		cr_expect_str_eq(t, want[i], "rank %u, position %zu", rank, i);
-	}
-}
 
-#define EXPECT_LIST(s, rank, ...)                                             \
-	do {                                                                  \
-		static const char *const want_[] = {__VA_ARGS__};             \
-		expect_list(s, rank, want_, sizeof want_ / sizeof want_[0]);  \
-	} while (0)
 
-/* Both schedules hold the same shape, mapping and lists. */
-static void expect_same(const dpl_schedule *a, const dpl_schedule *b)
-{
-	uint32_t r, st;
-	size_t na, nb, i;
 
-	cr_assert_eq(dpl_schedule_ranks(a), dpl_schedule_ranks(b));
-	cr_assert_eq(dpl_schedule_stages(a), dpl_schedule_stages(b));
-	cr_assert_eq(dpl_schedule_microbatches(a),
-		     dpl_schedule_microbatches(b));
-	cr_assert_eq(!!dpl_schedule_is_lowered(a),
-		     !!dpl_schedule_is_lowered(b));
-	for (st = 0; st < dpl_schedule_stages(a); st++)
-		cr_assert_eq(dpl_schedule_stage_rank(a, st),
-			     dpl_schedule_stage_rank(b, st), "stage %u", st);
-	for (r = 0; r < dpl_schedule_ranks(a); r++) {
-		const struct dpl_action *x = dpl_schedule_actions(a, r, &na);
-		const struct dpl_action *y = dpl_schedule_actions(b, r, &nb);
 
-		cr_assert_eq(na, nb, "rank %u length", r);
-		for (i = 0; i < na; i++) {
-			cr_assert_eq(x[i].kind, y[i].kind, "rank %u pos %zu",
-				     r, i);
-			cr_assert_eq(x[i].stage, y[i].stage);
-			cr_assert_eq(x[i].microbatch, y[i].microbatch);
-		}
-	}
-}
-
-/* Write `s` as CSV into a string the caller frees. */
-static char *write_text(const dpl_schedule *s, size_t *len)
-{
-	char *buf = NULL;
-	FILE *f = open_memstream(&buf, len);
-
-	cr_assert_not_null(f);
-	cr_assert_eq(dpl_schedule_write_csv(s, f), 0, "write_csv: %s",
-		     dpl_last_error());
-	fclose(f);
-	return buf;
-}
-
-static void expect_round_trip(const dpl_schedule *s)
-{
-	dpl_schedule *back = NULL;
-	size_t len;
-	char *text = write_text(s, &len);
-
-	cr_assert_eq(dpl_schedule_read_csv(text, len, &back), 0,
-		     "reading back failed: %s\n%s", dpl_last_error(), text);
-	expect_same(s, back);
-	dpl_schedule_destroy(back);
-	free(text);
-}
-
-static void append(dpl_schedule *s, uint32_t rank, const char *text)
-{
-	struct dpl_action a;
-
-	cr_assert_eq(dpl_action_parse(text, strlen(text), &a), 0, "%s", text);
-	cr_assert_eq(dpl_schedule_append(s, rank, a), 0, "%s: %s", text,
-		     dpl_last_error());
-}
 
 /*
  * PyTorch's Schedule1F1B pipeline order for 4 ranks and 8 micro-batches
@@ -247,7 +146,7 @@ Test(csv, accepted_layouts_load_alike)
 	for (i = 1; i < sizeof variants / sizeof variants[0]; i++) {
 		dpl_schedule *s = load_text(variants[i]);
 
-		expect_same(first, s);
+		expect_same(first, s, 0);
 		dpl_schedule_destroy(s);
 	}
 	dpl_schedule_destroy(first);
@@ -377,7 +276,8 @@ Test(csv, round_trip_hand_built)
 		append(s, 1, r1[i]);
 		append(s, 2, r2[i]);
 	}
-	expect_round_trip(s);
+	expect_round_trip(s, dpl_schedule_write_csv,
+			  dpl_schedule_read_csv, 0);
 	dpl_schedule_destroy(s);
 
 	cr_assert_eq(dpl_schedule_create(2, 4, 1, &s), 0);
@@ -395,7 +295,8 @@ Test(csv, round_trip_hand_built)
 	append(s, 0, "3W0");
 	append(s, 1, "1W0");
 	append(s, 1, "2W0");
-	expect_round_trip(s);
+	expect_round_trip(s, dpl_schedule_write_csv,
+			  dpl_schedule_read_csv, 0);
 	dpl_schedule_destroy(s);
 
 	cr_assert_eq(dpl_schedule_create(2, 2, 1, &s), 0);
@@ -411,7 +312,8 @@ Test(csv, round_trip_hand_built)
 	append(s, 0, "0B0");
 	append(s, 0, "0REDUCE_GRAD");
 	append(s, 0, "0STEP");
-	expect_round_trip(s);
+	expect_round_trip(s, dpl_schedule_write_csv,
+			  dpl_schedule_read_csv, 0);
 	dpl_schedule_destroy(s);
 }
 
@@ -428,7 +330,7 @@ Test(csv, write_format)
 	append(s, 0, "0SEND_F1");
 	append(s, 1, "1RECV_F1");
 	append(s, 1, "1STEP");
-	text = write_text(s, &len);
+	text = write_text(s, dpl_schedule_write_csv, &len);
 	cr_expect_str_eq(text, "0F0,0F1,0SEND_F1\n1RECV_F1,1STEP\n");
 	cr_expect_eq(len, strlen(text));
 	free(text);
@@ -515,7 +417,8 @@ Test(csv, round_trip_every_policy)
 					     dpl_policy_name(pols[i]),
 					     dpl_last_error());
 			cr_assert_eq(dpl_schedule_is_lowered(s), lower);
-			expect_round_trip(s);
+			expect_round_trip(s, dpl_schedule_write_csv,
+			  dpl_schedule_read_csv, 0);
 			dpl_schedule_destroy(s);
 		}
 	}

@@ -15,14 +15,8 @@
 
 #include <dpl/dpl.h>
 
-static void append(dpl_schedule *s, uint32_t rank, const char *text)
-{
-	struct dpl_action a;
+#include "sched_util.h"
 
-	cr_assert_eq(dpl_action_parse(text, strlen(text), &a), 0, "%s", text);
-	cr_assert_eq(dpl_schedule_append(s, rank, a), 0, "%s: %s", text,
-		     dpl_last_error());
-}
 
 /* 1F1B, 2 ranks, 2 micro-batches, lowered; links take 0.5, each stage
  * has 2 replicas whose reduction takes 2 * 1 * 0.25 = 0.5, STEP 0.25. */

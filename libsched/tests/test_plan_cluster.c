@@ -13,6 +13,8 @@
 #include <criterion/criterion.h>
 
 #include <dpl/dpl.h>
+
+#include "sched_util.h"
 #include <dpl/json.h>
 
 static uint64_t set(const int *ids, size_t n)
@@ -28,27 +30,6 @@ static uint64_t set(const int *ids, size_t n)
 	set((const int[]){__VA_ARGS__},                                       \
 	    sizeof((const int[]){__VA_ARGS__}) / sizeof(int))
 
-static char *slurp(const char *name, size_t *len)
-{
-	char path[1024];
-	FILE *f;
-	char *buf;
-	long n;
-
-	snprintf(path, sizeof path, "%s/plan/%s", DPL_TEST_DATA_DIR, name);
-	f = fopen(path, "rb");
-	cr_assert_not_null(f, "cannot open %s", path);
-	cr_assert_eq(fseek(f, 0, SEEK_END), 0);
-	n = ftell(f);
-	rewind(f);
-	buf = malloc((size_t)n + 1);
-	cr_assert_not_null(buf);
-	cr_assert_eq(fread(buf, 1, (size_t)n, f), (size_t)n);
-	buf[n] = '\0';
-	fclose(f);
-	*len = (size_t)n;
-	return buf;
-}
 
 static bool same_cluster(const struct dpl_cluster *a,
 			 const struct dpl_cluster *b)
@@ -192,7 +173,7 @@ Test(plan_cluster, cluster_file_reads_with_defaults)
 {
 	struct dpl_cluster c;
 	size_t len;
-	char *text = slurp("good_cluster.json", &len);
+	char *text = slurp("plan/good_cluster.json", &len);
 
 	cr_assert_eq(dpl_cluster_read_json(text, len, &c), 0, "%s",
 		     dpl_last_error());
@@ -258,7 +239,10 @@ Test(plan_cluster, malformed_cluster_files)
 	snprintf(c.name, sizeof c.name, "untouched");
 	for (size_t k = 0; k < sizeof bad / sizeof bad[0]; k++) {
 		size_t len;
-		char *text = slurp(bad[k].file, &len);
+		char name[256], *text;
+
+		snprintf(name, sizeof name, "plan/%s", bad[k].file);
+		text = slurp(name, &len);
 		struct dpl_cluster before = c;
 
 		cr_expect_eq(dpl_cluster_read_json(text, len, &c), DPL_EPARSE,

@@ -18,14 +18,8 @@
 
 #include <dpl/dpl.h>
 
-static void append(dpl_schedule *s, uint32_t rank, const char *text)
-{
-	struct dpl_action a;
+#include "sched_util.h"
 
-	cr_assert_eq(dpl_action_parse(text, strlen(text), &a), 0, "%s", text);
-	cr_assert_eq(dpl_schedule_append(s, rank, a), 0, "%s: %s", text,
-		     dpl_last_error());
-}
 
 static dpl_sim *run_1f1b_2x2(void)
 {
