@@ -11,5 +11,6 @@
 #include <dpl/plan.h>
 #include <dpl/runner.h>
 #include <dpl/bootstrap.h>
+#include <dpl/transport_load.h>
 
 #endif /* DPL_DPL_H */

@@ -1,0 +1,807 @@
+/*
+ * test_bootstrap.c - the TCP rendezvous (dpl/bootstrap.h) between forked
+ * processes on 127.0.0.1: allgather and barrier results, ranks that never
+ * arrive or die, duplicate ranks, mismatched collectives, the environment
+ * variables of dpl and torchrun, and descriptor hygiene.
+ *
+ * Every test picks a free port of its own (bind to port 0, then release
+ * it), so the tests may run in parallel.
+ */
+#define _GNU_SOURCE
+#include <arpa/inet.h>
+#include <dirent.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <criterion/criterion.h>
+
+#include <dpl/bootstrap.h>
+
+#define MAXR 8
+
+struct rank_out {
+	int rc;         /* the call the test is about */
+	int rc2;        /* a second call, where a test makes one */
+	int bad;        /* count of wrong bytes or broken rules seen */
+	char msg[512];  /* dpl_last_error() after rc */
+	char msg2[512]; /* dpl_last_error() after rc2 */
+	char root[128];
+};
+
+struct job {
+	struct rank_out out[MAXR];
+	atomic_int arrive[64];
+	atomic_int flag;
+	unsigned port;
+};
+
+typedef void (*rank_fn)(int idx, struct job *j);
+
+static unsigned pick_port(void)
+{
+	struct sockaddr_in a;
+	socklen_t len = sizeof a;
+	int fd = socket(AF_INET, SOCK_STREAM, 0);
+
+	cr_assert(fd >= 0);
+	memset(&a, 0, sizeof a);
+	a.sin_family = AF_INET;
+	a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	cr_assert(bind(fd, (struct sockaddr *)&a, sizeof a) == 0);
+	cr_assert(getsockname(fd, (struct sockaddr *)&a, &len) == 0);
+	close(fd);
+	return ntohs(a.sin_port);
+}
+
+static struct job *job_new(void)
+{
+	struct job *j = mmap(NULL, sizeof *j, PROT_READ | PROT_WRITE,
+			     MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+
+	cr_assert(j != MAP_FAILED);
+	memset(j, 0, sizeof *j);
+	j->port = pick_port();
+	return j;
+}
+
+static void sleep_ms(int ms)
+{
+	struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
+
+	nanosleep(&ts, NULL);
+}
+
+static void save(char *dst, int rc)
+{
+	snprintf(dst, 512, "%s", rc ? dpl_last_error() : "");
+}
+
+/* Fork one process per entry of fn[]; each runs fn(i, j) and exits. */
+static void spawn(pid_t *pid, int n, rank_fn fn, struct job *j)
+{
+	int i;
+
+	for (i = 0; i < n; i++) {
+		pid[i] = fork();
+		cr_assert(pid[i] >= 0);
+		if (pid[i] == 0) {
+			fn(i, j);
+			_exit(0);
+		}
+	}
+}
+
+/* Wait for all of them, killing stragglers after timeout_ms. Returns the
+ * number that exited with status 0. */
+static int reap(pid_t *pid, int n, int timeout_ms)
+{
+	int i, ok = 0, left = n, waited = 0, st;
+
+	while (left > 0 && waited < timeout_ms) {
+		for (i = 0; i < n; i++) {
+			if (pid[i] <= 0)
+				continue;
+			if (waitpid(pid[i], &st, WNOHANG) == pid[i]) {
+				ok += WIFEXITED(st) && WEXITSTATUS(st) == 0;
+				pid[i] = 0;
+				left--;
+			}
+		}
+		if (left > 0) {
+			sleep_ms(5);
+			waited += 5;
+		}
+	}
+	for (i = 0; i < n; i++)
+		if (pid[i] > 0) {
+			kill(pid[i], SIGKILL);
+			waitpid(pid[i], &st, 0);
+		}
+	return ok;
+}
+
+static int open_rank(struct job *j, uint32_t rank, uint32_t world,
+		     uint32_t timeout_ms, dpl_bootstrap **b)
+{
+	char root[64];
+	struct dpl_bootstrap_params p;
+
+	snprintf(root, sizeof root, "127.0.0.1:%u", j->port);
+	memset(&p, 0, sizeof p);
+	p.rank = rank;
+	p.world_size = world;
+	p.root = root;
+	p.timeout_ms = timeout_ms;
+	return dpl_bootstrap_open(&p, b);
+}
+
+/* The byte rank r puts at offset i of its contribution in round k. */
+static unsigned char pattern(uint32_t r, size_t i, unsigned k)
+{
+	return (unsigned char)(r * 37u + i * 11u + k * 101u + 1u);
+}
+
+/* ---- allgather and barrier --------------------------------------- */
+
+static const size_t gather_len[] = {0, 1, 7, 256, DPL_BOOTSTRAP_BLOB_MAX};
+#define NGATHER (sizeof gather_len / sizeof gather_len[0])
+
+static void gather_rank(int idx, struct job *j)
+{
+	static unsigned char mine[DPL_BOOTSTRAP_BLOB_MAX];
+	static unsigned char all[4 * DPL_BOOTSTRAP_BLOB_MAX];
+	struct rank_out *o = &j->out[idx];
+	dpl_bootstrap *b = NULL;
+	unsigned k;
+	uint32_t r;
+	size_t i;
+
+	o->rc = open_rank(j, (uint32_t)idx, 4, 10000, &b);
+	save(o->msg, o->rc);
+	if (o->rc != 0)
+		return;
+	if (dpl_bootstrap_rank(b) != (uint32_t)idx ||
+	    dpl_bootstrap_world_size(b) != 4)
+		o->bad++;
+	dpl_bootstrap_root(b, o->root, sizeof o->root);
+	for (k = 0; k < NGATHER; k++) {
+		size_t len = gather_len[k];
+
+		for (i = 0; i < len; i++)
+			mine[i] = pattern((uint32_t)idx, i, k);
+		memset(all, 0xEE, sizeof all);
+		o->rc2 = dpl_bootstrap_allgather(b, mine, len, all);
+		if (o->rc2 != 0) {
+			save(o->msg2, o->rc2);
+			break;
+		}
+		for (r = 0; r < 4; r++)
+			for (i = 0; i < len; i++)
+				o->bad += all[r * len + i] != pattern(r, i, k);
+		/* Nothing is written past world * len. */
+		for (i = 4 * len; i < 4 * len + 16 && i < sizeof all; i++)
+			o->bad += all[i] != 0xEE;
+	}
+	/* Everyone is still connected until everyone left the barrier. */
+	if (o->rc2 == 0)
+		o->rc2 = dpl_bootstrap_check(b);
+	if (o->rc2 == 0)
+		o->rc2 = dpl_bootstrap_barrier(b);
+	save(o->msg2, o->rc2);
+	dpl_bootstrap_close(b);
+}
+
+Test(bootstrap, allgather_four_ranks, .timeout = 30)
+{
+	struct job *j = job_new();
+	pid_t pid[4];
+	char want[64];
+	int i;
+
+	spawn(pid, 4, gather_rank, j);
+	cr_assert_eq(reap(pid, 4, 20000), 4);
+	snprintf(want, sizeof want, "127.0.0.1:%u", j->port);
+	for (i = 0; i < 4; i++) {
+		cr_expect_eq(j->out[i].rc, 0, "rank %d open: %s", i,
+			     j->out[i].msg);
+		cr_expect_eq(j->out[i].rc2, 0, "rank %d: %s", i,
+			     j->out[i].msg2);
+		cr_expect_eq(j->out[i].bad, 0, "rank %d: %d wrong bytes", i,
+			     j->out[i].bad);
+		cr_expect_str_eq(j->out[i].root, want);
+	}
+}
+
+static void barrier_rank(int idx, struct job *j)
+{
+	struct rank_out *o = &j->out[idx];
+	dpl_bootstrap *b = NULL;
+	int k;
+
+	o->rc = open_rank(j, (uint32_t)idx, 3, 10000, &b);
+	save(o->msg, o->rc);
+	if (o->rc != 0)
+		return;
+	for (k = 0; k < 40; k++) {
+		/* Stagger the ranks so that early ones really wait. */
+		if ((k + idx) % 3 == 0)
+			sleep_ms(2);
+		atomic_fetch_add(&j->arrive[k], 1);
+		o->rc2 = dpl_bootstrap_barrier(b);
+		if (o->rc2 != 0) {
+			save(o->msg2, o->rc2);
+			break;
+		}
+		/* Nobody leaves before everybody arrived. */
+		o->bad += atomic_load(&j->arrive[k]) != 3;
+	}
+	dpl_bootstrap_close(b);
+}
+
+Test(bootstrap, barrier_waits_for_everyone, .timeout = 30)
+{
+	struct job *j = job_new();
+	pid_t pid[3];
+	int i;
+
+	spawn(pid, 3, barrier_rank, j);
+	cr_assert_eq(reap(pid, 3, 20000), 3);
+	for (i = 0; i < 3; i++) {
+		cr_expect_eq(j->out[i].rc, 0, "rank %d: %s", i, j->out[i].msg);
+		cr_expect_eq(j->out[i].rc2, 0, "rank %d: %s", i,
+			     j->out[i].msg2);
+		cr_expect_eq(j->out[i].bad, 0, "rank %d left %d barriers early",
+			     i, j->out[i].bad);
+	}
+}
+
+static void single_rank(int idx, struct job *j)
+{
+	struct dpl_bootstrap_params p = {0, 1, "127.0.0.1:0", 1000};
+	struct rank_out *o = &j->out[0];
+	dpl_bootstrap *b = NULL;
+	char small[4];
+	char mine[5] = "abcd", all[5] = "";
+
+	o->rc = dpl_bootstrap_open(&p, &b);
+	save(o->msg, o->rc);
+	if (o->rc != 0)
+		return;
+	o->bad += dpl_bootstrap_root(b, small, sizeof small) != DPL_ERANGE;
+	o->rc2 = dpl_bootstrap_root(b, o->root, sizeof o->root);
+	o->bad += dpl_bootstrap_allgather(b, mine, 5, all) != 0;
+	o->bad += memcmp(all, "abcd", 5) != 0;
+	o->bad += dpl_bootstrap_barrier(b) != 0;
+	o->bad += dpl_bootstrap_check(b) != 0;
+	dpl_bootstrap_close(b);
+}
+
+Test(bootstrap, world_of_one_picks_a_port, .timeout = 10)
+{
+	struct job *j = job_new();
+	pid_t pid[1];
+	unsigned port = 0;
+
+	spawn(pid, 1, single_rank, j);
+	cr_assert_eq(reap(pid, 1, 5000), 1);
+	cr_assert_eq(j->out[0].rc, 0, "%s", j->out[0].msg);
+	cr_expect_eq(j->out[0].bad, 0);
+	cr_expect_eq(j->out[0].rc2, (int)strlen(j->out[0].root));
+	cr_assert_eq(sscanf(j->out[0].root, "127.0.0.1:%u", &port), 1,
+		     "root '%s'", j->out[0].root);
+	cr_expect_neq(port, 0u);
+}
+
+/* ---- ranks that do not come, or die -------------------------------- */
+
+static void partial_rank(int idx, struct job *j)
+{
+	struct rank_out *o = &j->out[idx];
+	dpl_bootstrap *b = NULL;
+
+	if (idx == 1)
+		sleep_ms(100); /* rank 0 listens first: it owns the verdict */
+	o->rc = open_rank(j, (uint32_t)idx, 3, 600, &b);
+	save(o->msg, o->rc);
+	dpl_bootstrap_close(b);
+}
+
+Test(bootstrap, rank_that_never_arrives_is_named, .timeout = 20)
+{
+	struct job *j = job_new();
+	pid_t pid[2];
+
+	spawn(pid, 2, partial_rank, j); /* ranks 0 and 1 of 3 */
+	cr_assert_eq(reap(pid, 2, 10000), 2);
+	cr_expect_eq(j->out[0].rc, DPL_ETIMEDOUT, "%s", j->out[0].msg);
+	cr_expect(strstr(j->out[0].msg, "rank 2 never arrived") != NULL,
+		  "rank 0: %s", j->out[0].msg);
+	cr_expect_eq(j->out[1].rc, DPL_ETIMEDOUT, "%s", j->out[1].msg);
+	cr_expect(strstr(j->out[1].msg, "rank 2 never arrived") != NULL,
+		  "rank 1: %s", j->out[1].msg);
+}
+
+static void orphan_rank(int idx, struct job *j)
+{
+	struct rank_out *o = &j->out[0];
+	dpl_bootstrap *b = NULL;
+
+	o->rc = open_rank(j, 1, 2, 300, &b);
+	save(o->msg, o->rc);
+	dpl_bootstrap_close(b);
+}
+
+Test(bootstrap, absent_root_is_named, .timeout = 20)
+{
+	struct job *j = job_new();
+	pid_t pid[1];
+	char want[64];
+
+	spawn(pid, 1, orphan_rank, j);
+	cr_assert_eq(reap(pid, 1, 10000), 1);
+	snprintf(want, sizeof want, "root 127.0.0.1:%u (rank 0) did not "
+		 "answer rank 1", j->port);
+	cr_expect_eq(j->out[0].rc, DPL_ETIMEDOUT);
+	cr_expect(strstr(j->out[0].msg, want) != NULL, "%s", j->out[0].msg);
+}
+
+/* Rank 2 opens, then dies (flag 0: _exit, 1: SIGKILL) without close;
+ * ranks 0 and 1 then run an allgather, and once more afterwards. */
+static void dying_rank(int idx, struct job *j)
+{
+	struct rank_out *o = &j->out[idx];
+	dpl_bootstrap *b = NULL;
+	uint32_t v = 1, all[3];
+
+	o->rc = open_rank(j, (uint32_t)idx, 3, 5000, &b);
+	save(o->msg, o->rc);
+	if (o->rc != 0)
+		return;
+	if (idx == 2) {
+		if (atomic_load(&j->flag) == 1)
+			raise(SIGKILL);
+		_exit(0);
+	}
+	o->rc2 = dpl_bootstrap_allgather(b, &v, sizeof v, all);
+	save(o->msg2, o->rc2);
+	/* The channel stays failed, with the same cause. */
+	o->bad += dpl_bootstrap_allgather(b, &v, sizeof v, all) != o->rc2;
+	o->bad += strstr(dpl_last_error(), "rank 2") == NULL;
+	dpl_bootstrap_close(b);
+}
+
+static void check_dead_rank_named(int how)
+{
+	struct job *j = job_new();
+	pid_t pid[3];
+	int i;
+
+	atomic_store(&j->flag, how);
+	spawn(pid, 3, dying_rank, j);
+	reap(pid, 3, 15000);
+	for (i = 0; i < 3; i++)
+		cr_expect_eq(j->out[i].rc, 0, "rank %d open: %s", i,
+			     j->out[i].msg);
+	for (i = 0; i < 2; i++) {
+		cr_expect_eq(j->out[i].rc2, DPL_EPEER, "rank %d: %d %s", i,
+			     j->out[i].rc2, j->out[i].msg2);
+		cr_expect(strstr(j->out[i].msg2, "rank 2 died") != NULL,
+			  "rank %d: %s", i, j->out[i].msg2);
+		cr_expect_eq(j->out[i].bad, 0, "rank %d", i);
+	}
+}
+
+Test(bootstrap, rank_that_exits_is_named, .timeout = 30)
+{
+	check_dead_rank_named(0);
+}
+
+Test(bootstrap, rank_killed_is_named, .timeout = 30)
+{
+	check_dead_rank_named(1);
+}
+
+static void watched_rank(int idx, struct job *j)
+{
+	struct rank_out *o = &j->out[idx];
+	dpl_bootstrap *b = NULL;
+	int k;
+
+	o->rc = open_rank(j, (uint32_t)idx, 2, 5000, &b);
+	save(o->msg, o->rc);
+	if (o->rc != 0) {
+		atomic_store(&j->flag, 1);
+		return;
+	}
+	if (idx == 1) {
+		for (k = 0; k < 2000 && atomic_load(&j->flag) == 0; k++)
+			sleep_ms(5);
+		raise(SIGKILL);
+	}
+	o->rc2 = dpl_bootstrap_check(b); /* rank 1 is alive */
+	atomic_store(&j->flag, 1);
+	for (k = 0; k < 1000; k++) {
+		o->rc = dpl_bootstrap_check(b);
+		if (o->rc != 0)
+			break;
+		sleep_ms(5);
+	}
+	save(o->msg, o->rc);
+	dpl_bootstrap_close(b);
+}
+
+Test(bootstrap, check_reports_dead_rank, .timeout = 30)
+{
+	struct job *j = job_new();
+	pid_t pid[2];
+
+	spawn(pid, 2, watched_rank, j);
+	reap(pid, 2, 15000);
+	cr_expect_eq(j->out[0].rc2, 0, "check while alive");
+	cr_expect_eq(j->out[0].rc, DPL_EPEER, "%s", j->out[0].msg);
+	cr_expect(strstr(j->out[0].msg, "rank 1") != NULL, "%s",
+		  j->out[0].msg);
+}
+
+/* ---- bad collectives and bad joins -------------------------------- */
+
+static void mismatch_rank(int idx, struct job *j)
+{
+	struct rank_out *o = &j->out[idx];
+	dpl_bootstrap *b = NULL;
+	static char mine[DPL_BOOTSTRAP_BLOB_MAX + 1];
+	static char all[3 * (DPL_BOOTSTRAP_BLOB_MAX + 1)];
+
+	o->rc = open_rank(j, (uint32_t)idx, 3, 5000, &b);
+	save(o->msg, o->rc);
+	if (o->rc != 0)
+		return;
+	/* Collective 1: rank 2 gives 8 bytes where the others give 4. */
+	o->rc2 = dpl_bootstrap_allgather(b, mine, idx == 2 ? 8 : 4, all);
+	save(o->msg2, o->rc2);
+	dpl_bootstrap_close(b);
+}
+
+Test(bootstrap, length_mismatch_fails_everyone, .timeout = 30)
+{
+	struct job *j = job_new();
+	pid_t pid[3];
+	int i;
+
+	spawn(pid, 3, mismatch_rank, j);
+	cr_assert_eq(reap(pid, 3, 15000), 3);
+	for (i = 0; i < 3; i++) {
+		cr_expect_eq(j->out[i].rc, 0, "%s", j->out[i].msg);
+		cr_expect_eq(j->out[i].rc2, DPL_EINVAL, "rank %d: %s", i,
+			     j->out[i].msg2);
+		cr_expect(strstr(j->out[i].msg2, "rank 2 contributed 8 bytes")
+				  != NULL, "rank %d: %s", i, j->out[i].msg2);
+	}
+}
+
+static void oversize_rank(int idx, struct job *j)
+{
+	struct rank_out *o = &j->out[idx];
+	dpl_bootstrap *b = NULL;
+	static char mine[DPL_BOOTSTRAP_BLOB_MAX + 1];
+	static char all[2 * (DPL_BOOTSTRAP_BLOB_MAX + 1)];
+
+	o->rc = open_rank(j, (uint32_t)idx, 2, 5000, &b);
+	save(o->msg, o->rc);
+	if (o->rc != 0)
+		return;
+	o->rc2 = dpl_bootstrap_allgather(b, mine, idx == 1
+					 ? DPL_BOOTSTRAP_BLOB_MAX + 1 : 1,
+					 all);
+	save(o->msg2, o->rc2);
+	dpl_bootstrap_close(b);
+}
+
+Test(bootstrap, oversize_blob_fails_everyone, .timeout = 30)
+{
+	struct job *j = job_new();
+	pid_t pid[2];
+
+	spawn(pid, 2, oversize_rank, j);
+	cr_assert_eq(reap(pid, 2, 15000), 2);
+	cr_expect_eq(j->out[1].rc2, DPL_EINVAL, "%s", j->out[1].msg2);
+	cr_expect(strstr(j->out[1].msg2, "4097 bytes") != NULL, "%s",
+		  j->out[1].msg2);
+	cr_expect_eq(j->out[0].rc2, DPL_EINVAL, "%s", j->out[0].msg2);
+	cr_expect(strstr(j->out[0].msg2, "rank 1 failed") != NULL, "%s",
+		  j->out[0].msg2);
+}
+
+static void twin_rank(int idx, struct job *j)
+{
+	static const uint32_t rank[] = {0, 1, 1, 2};
+	static const int delay[] = {0, 20, 200, 400};
+	struct rank_out *o = &j->out[idx];
+	dpl_bootstrap *b = NULL;
+
+	sleep_ms(delay[idx]);
+	o->rc = open_rank(j, rank[idx], 3, 5000, &b);
+	save(o->msg, o->rc);
+	if (o->rc == 0)
+		o->rc2 = dpl_bootstrap_barrier(b);
+	dpl_bootstrap_close(b);
+}
+
+Test(bootstrap, rank_arriving_twice_is_busy, .timeout = 30)
+{
+	struct job *j = job_new();
+	pid_t pid[4];
+
+	spawn(pid, 4, twin_rank, j);
+	cr_assert_eq(reap(pid, 4, 15000), 4);
+	cr_expect_eq(j->out[0].rc, 0, "%s", j->out[0].msg);
+	cr_expect_eq(j->out[1].rc, 0, "%s", j->out[1].msg);
+	cr_expect_eq(j->out[3].rc, 0, "%s", j->out[3].msg);
+	cr_expect_eq(j->out[2].rc, DPL_EBUSY, "%s", j->out[2].msg);
+	cr_expect(strstr(j->out[2].msg, "rank 1 arrived twice") != NULL, "%s",
+		  j->out[2].msg);
+	cr_expect_eq(j->out[0].rc2, 0);
+	cr_expect_eq(j->out[1].rc2, 0);
+	cr_expect_eq(j->out[3].rc2, 0);
+}
+
+static void wrong_world_rank(int idx, struct job *j)
+{
+	struct rank_out *o = &j->out[idx];
+	dpl_bootstrap *b = NULL;
+
+	if (idx == 1)
+		sleep_ms(50);
+	o->rc = open_rank(j, (uint32_t)idx, idx == 0 ? 2 : 3, 3000, &b);
+	save(o->msg, o->rc);
+	dpl_bootstrap_close(b);
+}
+
+Test(bootstrap, world_size_disagreement_fails_both, .timeout = 20)
+{
+	struct job *j = job_new();
+	pid_t pid[2];
+	int i;
+
+	spawn(pid, 2, wrong_world_rank, j);
+	cr_assert_eq(reap(pid, 2, 10000), 2);
+	for (i = 0; i < 2; i++) {
+		cr_expect_eq(j->out[i].rc, DPL_EINVAL, "rank %d: %s", i,
+			     j->out[i].msg);
+		cr_expect(strstr(j->out[i].msg, "rank 1 says the world has 3 "
+				 "ranks, rank 0 says 2") != NULL,
+			  "rank %d: %s", i, j->out[i].msg);
+	}
+}
+
+Test(bootstrap, bad_parameters_are_named, .timeout = 10)
+{
+	static const char *roots[] = {
+		"127.0.0.1", "[::1", "[::1]", ":80", "h:", "h:65536", "h:-1",
+		"::1:80", "h:1x", "h:0123456",
+	};
+	struct dpl_bootstrap_params p = {0, 2, "127.0.0.1:1", 100};
+	dpl_bootstrap *b = (dpl_bootstrap *)&p;
+	size_t i;
+
+	cr_expect_eq(dpl_bootstrap_open(NULL, &b), DPL_EINVAL);
+	p.world_size = 0;
+	cr_expect_eq(dpl_bootstrap_open(&p, &b), DPL_EINVAL);
+	cr_expect(strstr(dpl_last_error(), "world size 0") != NULL, "%s",
+		  dpl_last_error());
+	p.world_size = 2;
+	p.rank = 2;
+	cr_expect_eq(dpl_bootstrap_open(&p, &b), DPL_EINVAL);
+	cr_expect(strstr(dpl_last_error(), "rank 2") != NULL, "%s",
+		  dpl_last_error());
+	p.rank = 1;
+	for (i = 0; i < sizeof roots / sizeof roots[0]; i++) {
+		p.root = roots[i];
+		cr_expect_eq(dpl_bootstrap_open(&p, &b), DPL_EINVAL, "%s",
+			     roots[i]);
+		cr_expect(strstr(dpl_last_error(), roots[i]) != NULL, "%s",
+			  dpl_last_error());
+	}
+	p.root = "127.0.0.1:0";
+	cr_expect_eq(dpl_bootstrap_open(&p, &b), DPL_EINVAL);
+	cr_expect(strstr(dpl_last_error(), "port 0") != NULL, "%s",
+		  dpl_last_error());
+	/* Failures write no output. */
+	cr_expect_eq(b, (dpl_bootstrap *)&p);
+	cr_expect_eq(dpl_bootstrap_allgather(NULL, NULL, 0, NULL), DPL_EINVAL);
+	cr_expect_eq(dpl_bootstrap_check(NULL), DPL_EINVAL);
+	dpl_bootstrap_close(NULL);
+}
+
+/* ---- environment --------------------------------------------------- */
+
+static const char *const env_names[] = {
+	"DPL_RANK", "DPL_WORLD_SIZE", "DPL_ROOT", "RANK", "WORLD_SIZE",
+	"MASTER_ADDR", "MASTER_PORT",
+};
+
+static void env_clear(void)
+{
+	size_t i;
+
+	for (i = 0; i < sizeof env_names / sizeof env_names[0]; i++)
+		unsetenv(env_names[i]);
+}
+
+struct env_case {
+	const char *set[8]; /* NAME=VALUE, NULL-terminated */
+	const char *named;  /* must appear in the message */
+};
+
+Test(bootstrap, malformed_environment_names_the_variable, .timeout = 10)
+{
+	static const struct env_case cases[] = {
+		{{NULL}, "DPL_RANK"},
+		{{"DPL_RANK=x", "DPL_WORLD_SIZE=2", NULL}, "DPL_RANK='x'"},
+		{{"DPL_RANK=1", NULL}, "DPL_WORLD_SIZE"},
+		{{"DPL_RANK=1", "DPL_WORLD_SIZE=0", NULL},
+		 "DPL_WORLD_SIZE='0'"},
+		{{"DPL_RANK=1", "DPL_WORLD_SIZE= 2", NULL},
+		 "DPL_WORLD_SIZE=' 2'"},
+		{{"DPL_RANK=3", "DPL_WORLD_SIZE=2", NULL},
+		 "DPL_RANK=3 is not below DPL_WORLD_SIZE=2"},
+		{{"RANK=-1", "WORLD_SIZE=2", NULL}, "RANK='-1'"},
+		{{"RANK=0", "WORLD_SIZE=99999999999", NULL}, "WORLD_SIZE"},
+		{{"DPL_RANK=0", "DPL_WORLD_SIZE=2", NULL}, "DPL_ROOT"},
+		{{"DPL_RANK=1", "DPL_WORLD_SIZE=2", "DPL_ROOT=nocolon", NULL},
+		 "nocolon"},
+		{{"RANK=1", "WORLD_SIZE=2", "MASTER_ADDR=127.0.0.1",
+		  "MASTER_PORT=abc", NULL}, "MASTER_PORT='abc'"},
+		{{"RANK=1", "WORLD_SIZE=2", "MASTER_ADDR=127.0.0.1",
+		  "MASTER_PORT=70000", NULL}, "MASTER_PORT='70000'"},
+		{{"RANK=1", "WORLD_SIZE=2", "MASTER_PORT=29500", NULL},
+		 "MASTER_ADDR"},
+		{{"RANK=1", "WORLD_SIZE=2", "MASTER_ADDR=127.0.0.1", NULL},
+		 "MASTER_PORT"},
+	};
+	size_t i, k;
+
+	for (i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+		dpl_bootstrap *b = NULL;
+		int rc;
+
+		env_clear();
+		for (k = 0; cases[i].set[k] != NULL; k++)
+			cr_assert_eq(putenv((char *)cases[i].set[k]), 0);
+		rc = dpl_bootstrap_open_env(200, &b);
+		cr_expect_eq(rc, DPL_EINVAL, "case %zu: %d %s", i, rc,
+			     dpl_last_error());
+		cr_expect(strstr(dpl_last_error(), cases[i].named) != NULL,
+			  "case %zu: '%s' does not name %s", i,
+			  dpl_last_error(), cases[i].named);
+		cr_expect_null(b, "case %zu", i);
+	}
+	env_clear();
+}
+
+static void torchrun_rank(int idx, struct job *j)
+{
+	struct rank_out *o = &j->out[idx];
+	dpl_bootstrap *b = NULL;
+	char port[16], rank[16];
+	uint32_t v = 100u + (uint32_t)idx, all[2] = {0, 0};
+
+	env_clear();
+	snprintf(rank, sizeof rank, "%d", idx);
+	snprintf(port, sizeof port, "%u", j->port - 1);
+	setenv("RANK", rank, 1);
+	setenv("WORLD_SIZE", "2", 1);
+	setenv("MASTER_ADDR", "127.0.0.1", 1);
+	setenv("MASTER_PORT", port, 1);
+	o->rc = dpl_bootstrap_open_env(5000, &b);
+	save(o->msg, o->rc);
+	if (o->rc != 0)
+		return;
+	dpl_bootstrap_root(b, o->root, sizeof o->root);
+	o->rc2 = dpl_bootstrap_allgather(b, &v, sizeof v, all);
+	o->bad += all[0] != 100 || all[1] != 101;
+	dpl_bootstrap_close(b);
+}
+
+Test(bootstrap, torchrun_environment_uses_master_port_plus_one,
+     .timeout = 20)
+{
+	struct job *j = job_new();
+	pid_t pid[2];
+	char want[64];
+	int i;
+
+	spawn(pid, 2, torchrun_rank, j);
+	cr_assert_eq(reap(pid, 2, 10000), 2);
+	snprintf(want, sizeof want, "127.0.0.1:%u", j->port);
+	for (i = 0; i < 2; i++) {
+		cr_expect_eq(j->out[i].rc, 0, "rank %d: %s", i, j->out[i].msg);
+		cr_expect_eq(j->out[i].rc2, 0);
+		cr_expect_eq(j->out[i].bad, 0);
+		cr_expect_str_eq(j->out[i].root, want);
+	}
+}
+
+Test(bootstrap, dpl_variables_win_over_torchrun, .timeout = 10)
+{
+	dpl_bootstrap *b = NULL;
+	char root[64];
+	unsigned port = 0;
+
+	env_clear();
+	setenv("DPL_RANK", "0", 1);
+	setenv("DPL_WORLD_SIZE", "1", 1);
+	setenv("DPL_ROOT", "127.0.0.1:0", 1);
+	setenv("RANK", "7", 1);
+	setenv("WORLD_SIZE", "x", 1);
+	setenv("MASTER_ADDR", "192.0.2.99", 1);
+	setenv("MASTER_PORT", "bad", 1);
+	cr_assert_eq(dpl_bootstrap_open_env(1000, &b), 0, "%s",
+		     dpl_last_error());
+	cr_expect_eq(dpl_bootstrap_rank(b), 0u);
+	cr_expect_eq(dpl_bootstrap_world_size(b), 1u);
+	cr_assert(dpl_bootstrap_root(b, root, sizeof root) > 0);
+	cr_expect_eq(sscanf(root, "127.0.0.1:%u", &port), 1, "%s", root);
+	cr_expect_neq(port, 0u);
+	dpl_bootstrap_close(b);
+	env_clear();
+}
+
+/* ---- descriptors --------------------------------------------------- */
+
+static int count_fds(void)
+{
+	DIR *d = opendir("/proc/self/fd");
+	struct dirent *e;
+	int n = 0;
+
+	if (d == NULL)
+		return -1;
+	while ((e = readdir(d)) != NULL)
+		n += e->d_name[0] != '.';
+	closedir(d);
+	return n;
+}
+
+static void churn_rank(int idx, struct job *j)
+{
+	struct rank_out *o = &j->out[idx];
+	int before = count_fds(), k;
+
+	for (k = 0; k < 30; k++) {
+		dpl_bootstrap *b = NULL;
+
+		o->rc = open_rank(j, (uint32_t)idx, 2, 5000, &b);
+		if (o->rc == 0)
+			o->rc = dpl_bootstrap_barrier(b);
+		save(o->msg, o->rc);
+		dpl_bootstrap_close(b);
+		if (o->rc != 0)
+			return;
+	}
+	o->bad = count_fds() - before;
+}
+
+Test(bootstrap, open_close_churn_leaks_no_descriptor, .timeout = 60)
+{
+	struct job *j = job_new();
+	pid_t pid[2];
+	int i;
+
+	spawn(pid, 2, churn_rank, j);
+	cr_assert_eq(reap(pid, 2, 50000), 2);
+	for (i = 0; i < 2; i++) {
+		cr_expect_eq(j->out[i].rc, 0, "rank %d: %s", i, j->out[i].msg);
+		cr_expect_eq(j->out[i].bad, 0, "rank %d: %d more descriptors",
+			     i, j->out[i].bad);
+	}
+}

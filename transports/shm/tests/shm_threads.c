@@ -1,0 +1,212 @@
+/*
+ * shm_threads.c - ranks as threads of one process: the bootstrap with four
+ * threads, and two shm contexts driven from two threads at once (the
+ * contract lets different contexts run on different threads). Shared by
+ * the Criterion test and the plain driver that ThreadSanitizer builds run
+ * (Criterion cannot start under TSan).
+ */
+#define _GNU_SOURCE
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <dpl/bootstrap.h>
+#include <dpl/transport.h>
+#include <dpl/transport_shm.h>
+
+#include "shm_threads.h"
+
+#define BIG (3u << 20)
+
+struct arg {
+	int rank;
+	int world;
+	char root[64];
+	const char *opts;
+	int failures;
+	char msg[256];
+};
+
+static int free_port(void)
+{
+	struct sockaddr_in a;
+	socklen_t len = sizeof a;
+	int fd = socket(AF_INET, SOCK_STREAM, 0), port = -1;
+
+	if (fd < 0)
+		return -1;
+	memset(&a, 0, sizeof a);
+	a.sin_family = AF_INET;
+	a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	if (bind(fd, (struct sockaddr *)&a, sizeof a) == 0 &&
+	    getsockname(fd, (struct sockaddr *)&a, &len) == 0)
+		port = ntohs(a.sin_port);
+	close(fd);
+	return port;
+}
+
+static void fail(struct arg *a, const char *what, int rc)
+{
+	if (a->failures++ == 0)
+		snprintf(a->msg, sizeof a->msg, "rank %d: %s: %s (%s)",
+			 a->rank, what, dpl_err_name(rc), dpl_last_error());
+}
+
+static void *bootstrap_thread(void *p)
+{
+	struct arg *a = p;
+	struct dpl_bootstrap_params bp = {(uint32_t)a->rank,
+					  (uint32_t)a->world, a->root, 10000};
+	dpl_bootstrap *b = NULL;
+	uint32_t mine, all[4];
+	int k, r, rc;
+
+	rc = dpl_bootstrap_open(&bp, &b);
+	if (rc != 0) {
+		fail(a, "bootstrap open", rc);
+		return NULL;
+	}
+	for (k = 0; k < 50; k++) {
+		mine = (uint32_t)(a->rank * 1000 + k);
+		rc = dpl_bootstrap_allgather(b, &mine, sizeof mine, all);
+		if (rc != 0) {
+			fail(a, "allgather", rc);
+			break;
+		}
+		for (r = 0; r < a->world; r++)
+			if (all[r] != (uint32_t)(r * 1000 + k))
+				fail(a, "allgather result", DPL_EIO);
+	}
+	dpl_bootstrap_close(b);
+	return NULL;
+}
+
+static int wait_req(const struct dpl_transport_ops *o, void *ctx, void *req)
+{
+	struct timespec t0, t;
+	int st;
+
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	while ((st = o->test(ctx, req)) == DPL_EAGAIN) {
+		o->progress(ctx);
+		o->wait(ctx, 1000000);
+		clock_gettime(CLOCK_MONOTONIC, &t);
+		if (t.tv_sec - t0.tv_sec > 20)
+			return DPL_ETIMEDOUT;
+	}
+	return st;
+}
+
+static void *shm_thread(void *p)
+{
+	static const size_t sizes[] = {0, 8, 5000, 70000, BIG};
+	const struct dpl_transport_ops *o = &dpl_transport_shm;
+	struct arg *a = p;
+	struct dpl_transport_params tp = {(uint32_t)a->rank, 2, a->root,
+					  a->opts, 10000, 0};
+	uint32_t peer = (uint32_t)(1 - a->rank);
+	unsigned char *sb = malloc(BIG), *rb = malloc(BIG);
+	void *ctx = calloc(1, o->ctx_size);
+	void *sr = calloc(1, o->req_size), *rr = calloc(1, o->req_size);
+	size_t k, i;
+	int rc, round;
+
+	if (sb == NULL || rb == NULL || ctx == NULL || sr == NULL ||
+	    rr == NULL) {
+		fail(a, "allocation", DPL_ENOMEM);
+		goto out;
+	}
+	rc = o->init(ctx, &tp);
+	if (rc != 0) {
+		fail(a, "init", rc);
+		goto out;
+	}
+	for (round = 0; round < 3; round++)
+		for (k = 0; k < sizeof sizes / sizeof sizes[0]; k++) {
+			size_t n = sizes[k];
+
+			for (i = 0; i < n; i++)
+				sb[i] = (unsigned char)(i * 7 + k +
+							(size_t)a->rank);
+			memset(rb, 0, n ? n : 1);
+			if ((rc = o->irecv(ctx, rr, peer, k, rb, n,
+					   DPL_MEM_HOST)) != 0 ||
+			    (rc = o->isend(ctx, sr, peer, k, sb, n,
+					   DPL_MEM_HOST)) != 0) {
+				fail(a, "post", rc);
+				goto fini;
+			}
+			if ((rc = wait_req(o, ctx, rr)) != 0 ||
+			    (rc = wait_req(o, ctx, sr)) != 0) {
+				fail(a, "exchange", rc);
+				goto fini;
+			}
+			for (i = 0; i < n; i++)
+				if (rb[i] != (unsigned char)(i * 7 + k +
+							     (size_t)peer)) {
+					fail(a, "data", DPL_EIO);
+					break;
+				}
+		}
+	/* Both sides must be done before either leaves. */
+	if ((rc = o->irecv(ctx, rr, peer, 99, rb, 1, DPL_MEM_HOST)) != 0 ||
+	    (rc = o->isend(ctx, sr, peer, 99, sb, 1, DPL_MEM_HOST)) != 0 ||
+	    (rc = wait_req(o, ctx, rr)) != 0 || (rc = wait_req(o, ctx, sr)))
+		fail(a, "final exchange", rc);
+fini:
+	o->fini(ctx);
+out:
+	free(sb);
+	free(rb);
+	free(ctx);
+	free(sr);
+	free(rr);
+	return NULL;
+}
+
+static int run_threads(void *(*fn)(void *), int n, const char *opts,
+		       char *msg, size_t size)
+{
+	struct arg a[4];
+	pthread_t t[4];
+	int i, port = free_port(), failures = 0;
+
+	if (port < 0) {
+		snprintf(msg, size, "no free port");
+		return 1;
+	}
+	memset(a, 0, sizeof a);
+	for (i = 0; i < n; i++) {
+		a[i].rank = i;
+		a[i].world = n;
+		a[i].opts = opts;
+		snprintf(a[i].root, sizeof a[i].root, "127.0.0.1:%d", port);
+		if (pthread_create(&t[i], NULL, fn, &a[i]) != 0) {
+			snprintf(msg, size, "pthread_create");
+			return 1;
+		}
+	}
+	for (i = 0; i < n; i++)
+		pthread_join(t[i], NULL);
+	for (i = 0; i < n; i++)
+		if (a[i].failures > 0 && failures++ == 0)
+			snprintf(msg, size, "%s", a[i].msg);
+	return failures;
+}
+
+int dpl_test_shm_threads(char *msg, size_t size)
+{
+	msg[0] = '\0';
+	if (run_threads(bootstrap_thread, 4, NULL, msg, size) != 0)
+		return 1;
+	if (run_threads(shm_thread, 2, NULL, msg, size) != 0)
+		return 1;
+	return run_threads(shm_thread, 2, "cma=0,ring=64k,eager=1k", msg,
+			   size) != 0;
+}
