@@ -91,7 +91,7 @@ Test(policy, onef1b_warmup_is_dapple_policy_a)
 {
 	/* Stage s runs exactly min(S-s, M) forwards before its first B. */
 	for (uint32_t S = 1; S <= SMAX; S++)
-		for (uint32_t M = 1; M <= MMAX; M += 7) {
+		for (uint32_t M = 1; M <= MMAX; M++) {
 			dpl_schedule *o = build(S, M, DPL_POLICY_1F1B, 0);
 
 			for (uint32_t s = 0; s < S; s++) {
@@ -225,7 +225,7 @@ Test(policy, interleaved_rejects_partial_groups)
 Test(policy, bounded_with_room_is_1f1b, .timeout = 60)
 {
 	for (uint32_t S = 1; S <= SMAX; S++)
-		for (uint32_t M = 1; M <= MMAX; M += 3) {
+		for (uint32_t M = 1; M <= MMAX; M++) {
 			uint32_t cap[SMAX];
 			struct dpl_schedule_params p = {
 			    .stages = S, .microbatches = M,
@@ -246,7 +246,7 @@ Test(policy, bounded_respects_cap_and_beats_greedy, .timeout = 120)
 	unsigned seed = 12345;
 
 	for (uint32_t S = 1; S <= SMAX; S++)
-		for (uint32_t M = 1; M <= MMAX; M += 5) {
+		for (uint32_t M = 1; M <= MMAX; M++) {
 			uint32_t cap[SMAX];
 			double f[SMAX], b[SMAX];
 			struct dpl_stage_cost c[SMAX];
