@@ -1,7 +1,9 @@
 /*
  * cmd_train.c - `dpl train`: train the reference model (or time the
  * synthetic device) with one runner per rank, the ranks being threads
- * over the in-process transport; report loss, throughput and activation
+ * over the in-process transport or processes over a real transport
+ * (shm, ucx, ofi: started here with --nprocs, or by a launcher that sets
+ * the rank in the environment); report loss, throughput and activation
  * memory per stage, and optionally check the final weights against
  * training on one device.
  */
@@ -20,6 +22,7 @@
 #include <dpl/json.h>
 
 #include "cli.h"
+#include "launch.h"
 
 #if defined(DPL_HAVE_BUILTINS)
 #include <dpl/device_synthetic.h>
@@ -27,6 +30,15 @@
 #include <dpl/device_cpu.h>
 #endif
 extern const struct dpl_transport_ops dpl_transport_inproc;
+#endif
+#if defined(DPL_HAVE_TRANSPORT_SHM)
+extern const struct dpl_transport_ops dpl_transport_shm;
+#endif
+#if defined(DPL_HAVE_TRANSPORT_UCX)
+extern const struct dpl_transport_ops dpl_transport_ucx;
+#endif
+#if defined(DPL_HAVE_TRANSPORT_OFI)
+extern const struct dpl_transport_ops dpl_transport_ofi;
 #endif
 
 #define CMD "train"
@@ -40,10 +52,14 @@ static void usage(FILE *f)
 	fprintf(f,
 		"usage: dpl train [flags]\n"
 		"\n"
-		"Train a small MLP with one runner per rank, the ranks being "
-		"threads over the\nin-process transport, and report the loss "
-		"per iteration, samples/s and the\npeak activation buffers per "
-		"stage.\n"
+		"Train a small MLP with one runner per rank and report the loss "
+		"per iteration,\nsamples/s and the peak activation buffers per "
+		"stage. The ranks are threads\nover the in-process transport, "
+		"or processes over shm, ucx or ofi: started\nhere with "
+		"--nprocs, or by a launcher that gives each its rank in "
+		"DPL_RANK,\nDPL_WORLD_SIZE, DPL_ROOT (or torchrun's RANK, "
+		"WORLD_SIZE, MASTER_ADDR,\nMASTER_PORT). Rank 0 prints the "
+		"results; the others only their errors.\n"
 		"\n"
 		"layout and schedule:\n"
 		"  --stages S          pipeline stages (ranks for interleaved); "
@@ -78,6 +94,18 @@ static void usage(FILE *f)
 		"default 1, 2\n"
 		"  --act-bytes N       synthetic: activation bytes per sample; "
 		"default 4096\n"
+		"ranks:\n"
+		"  --transport T       inproc (threads), shm, ucx or ofi; "
+		"default inproc, or\n"
+		"                      shm with --nprocs or a rank in the "
+		"environment\n"
+		"  --nprocs N          start N local processes, one per rank "
+		"(N = the sum of\n"
+		"                      the replicas), on 127.0.0.1; once one "
+		"fails, the others\n"
+		"                      have the timeout + 1 s to exit\n"
+		"  --pid-dir DIR       with --nprocs: write DIR/rank-R.pid for "
+		"every rank\n"
 		"runs and output:\n"
 		"  --timeout SECONDS   bound on every wait; default 60\n"
 		"  --trace OUT.json    Chrome trace of the last iteration\n"
@@ -91,7 +119,8 @@ static void usage(FILE *f)
 		"\n"
 		"The relative difference of two weights a, b is |a - b| / "
 		"max(|a|, |b|, 1e-8).\nExit status: 0 done, 1 training failed "
-		"or --check above 1e-5, 2 bad flags.\n");
+		"or --check above 1e-5, 2 bad flags,\n3 (a rank process) "
+		"stopped because another rank failed.\n");
 }
 
 struct opts {
@@ -130,6 +159,9 @@ struct opts {
 	bool momentum_set;
 	double fwd_ms, bwd_ms;
 	uint64_t act_bytes;
+	const char *transport; /* NULL: by mode */
+	uint32_t nprocs;       /* 0: not launching */
+	const char *pid_dir;
 };
 
 static int parse_name(const char *flag, const char *v, const char *a,
@@ -282,6 +314,16 @@ static int parse(int argc, char **argv, struct opts *o)
 			rc = v ? cli_double(CMD, "--bwd-ms", v, 0, 60000,
 					    &o->bwd_ms)
 			       : cli_missing(CMD, "--bwd-ms");
+		} else if (cli_flag(argc, argv, &i, "--transport", &v)) {
+			o->transport = v;
+			rc = v ? 0 : cli_missing(CMD, "--transport");
+		} else if (cli_flag(argc, argv, &i, "--nprocs", &v)) {
+			rc = v ? cli_u32(CMD, "--nprocs", v, 1, MAX_RANKS,
+					 &o->nprocs)
+			       : cli_missing(CMD, "--nprocs");
+		} else if (cli_flag(argc, argv, &i, "--pid-dir", &v)) {
+			o->pid_dir = v;
+			rc = v ? 0 : cli_missing(CMD, "--pid-dir");
 		} else if (cli_flag(argc, argv, &i, "--act-bytes", &v)) {
 			rc = v ? cli_u64(CMD, "--act-bytes", v, 0, 1u << 30,
 					 &o->act_bytes)
@@ -306,12 +348,21 @@ struct job {
 	uint32_t world;
 	uint64_t act[MAX_STAGES];
 	char world_name[64];
+	const struct dpl_transport_ops *tops;
+	const char *boot;    /* transport bootstrap; NULL: environment */
+	bool procs;          /* ranks are processes (this one runs one) */
 	/* results */
 	double *loss;        /* [iterations][world], NAN where not last */
 	atomic_uint progress;  /* steps done, all ranks */
 	atomic_uint finished;  /* rank threads done */
 	atomic_int setup_failed;
 	pthread_barrier_t bar;
+};
+
+/* The final weights and biases of one layer, wherever they live. */
+struct layer_view {
+	const double *w, *b;
+	size_t nw, nb;
 };
 
 struct rank {
@@ -643,20 +694,21 @@ static int make_model(struct rank *k)
 #endif
 }
 
-static void *rank_main(void *arg)
+/* Open rank k's transport, device, model and runner; 0 or k->rc. */
+static int rank_setup(struct rank *k)
 {
-	struct rank *k = arg;
 	struct job *J = k->J;
 	struct dpl_transport_params tp = {0};
 	struct dpl_runner_params rp = {0};
-	uint32_t it;
+	uint32_t timeout_ms = (uint32_t)(J->o.timeout_s * 1000.0 + 0.5);
 	size_t nlist = 0;
 	int rc;
 
 	tp.rank = k->rank;
 	tp.world_size = J->world;
-	tp.bootstrap = J->world_name;
-	rc = dpl_transport_open(&dpl_transport_inproc, &tp, &k->t);
+	tp.bootstrap = J->boot;
+	tp.timeout_ms = J->procs ? timeout_ms : 0;
+	rc = dpl_transport_open(J->tops, &tp, &k->t);
 	if (rc == 0)
 		rc = dpl_device_open(J->o.synthetic ? &dpl_device_synthetic
 #if defined(DPL_HAVE_DEVICE_CPU)
@@ -672,7 +724,7 @@ static void *rank_main(void *arg)
 		rp.schedule = J->sched;
 		rp.replicas = J->reps;
 		rp.rank = k->rank;
-		rp.timeout_ms = (uint32_t)(J->o.timeout_s * 1000.0 + 0.5);
+		rp.timeout_ms = timeout_ms;
 		rp.batch = J->o.batch;
 		rp.activation_bytes = J->act;
 		rp.stage_ops = &wrap_ops;
@@ -686,9 +738,17 @@ static void *rank_main(void *arg)
 		snprintf(k->msg, sizeof k->msg, "rank %u: setup: %s", k->rank,
 			 dpl_last_error());
 		k->rc = rc;
-		atomic_store(&J->setup_failed, 1);
 	}
-	pthread_barrier_wait(&J->bar);
+	return rc;
+}
+
+/* Rank k's iterations, until done or the first failure (k->rc). */
+static void rank_loop(struct rank *k)
+{
+	struct job *J = k->J;
+	uint32_t it;
+	int rc;
+
 	k->t0 = now_ns();
 	for (it = 0; !atomic_load(&J->setup_failed) && it < J->o.iterations;
 	     it++) {
@@ -711,6 +771,17 @@ static void *rank_main(void *arg)
 #endif
 	}
 	k->t1 = now_ns();
+}
+
+static void *rank_main(void *arg)
+{
+	struct rank *k = arg;
+	struct job *J = k->J;
+
+	if (rank_setup(k) != 0)
+		atomic_store(&J->setup_failed, 1);
+	pthread_barrier_wait(&J->bar);
+	rank_loop(k);
 	atomic_fetch_add(&J->finished, 1);
 	return NULL;
 }
@@ -745,36 +816,42 @@ static void mlp_params(const struct opts *o, struct dpl_mlp_params *p)
 	p->dataset = 16 * o->batch;
 }
 
+/* The stage that holds layer `layer`. */
+static uint32_t layer_stage(const struct job *J, uint32_t layer)
+{
+	uint32_t s = 0;
+
+	while (s + 1 < J->nstages && J->bounds[s + 1] <= layer)
+		s++;
+	return s;
+}
+
 /* The model of layer l's stage on replica 0 of its pipeline rank. */
 static const dpl_mlp *owner(const struct job *J, struct rank *ranks,
 			    uint32_t layer)
 {
-	uint32_t s = 0, p, base = 0;
+	uint32_t s, p, base = 0;
 
-	while (s + 1 < J->nstages && J->bounds[s + 1] <= layer)
-		s++;
-	p = dpl_schedule_stage_rank(J->sched, s);
+	p = dpl_schedule_stage_rank(J->sched, layer_stage(J, layer));
 	for (s = 0; s < p; s++)
 		base += J->reps[s];
 	return ranks[base].model;
 }
 
-static uint64_t digest(const struct job *J, struct rank *ranks)
+/* FNV-1a over every layer's weights then biases, layer by layer. */
+static uint64_t digest(const struct job *J, const struct layer_view *v)
 {
 	uint64_t h = 0xcbf29ce484222325u;
-	const double *w, *b;
-	size_t nw, nb, i;
+	const unsigned char *p;
+	size_t i;
 	uint32_t l;
 
 	for (l = 0; l < J->layers; l++) {
-		const unsigned char *p;
-
-		dpl_mlp_layer(owner(J, ranks, l), l, &w, &nw, &b, &nb);
-		p = (const unsigned char *)w;
-		for (i = 0; i < nw * sizeof *w; i++)
+		p = (const unsigned char *)v[l].w;
+		for (i = 0; i < v[l].nw * sizeof *v[l].w; i++)
 			h = (h ^ p[i]) * 0x100000001b3u;
-		p = (const unsigned char *)b;
-		for (i = 0; i < nb * sizeof *b; i++)
+		p = (const unsigned char *)v[l].b;
+		for (i = 0; i < v[l].nb * sizeof *v[l].b; i++)
 			h = (h ^ p[i]) * 0x100000001b3u;
 	}
 	return h;
@@ -788,7 +865,7 @@ static double rel(double a, double b)
 }
 
 /* Train on one device (no runner) and compare the final weights. */
-static int check_one_device(const struct job *J, struct rank *ranks,
+static int check_one_device(const struct job *J, const struct layer_view *v,
 			    double *max_rel)
 {
 	struct dpl_mlp_params mp;
@@ -818,16 +895,21 @@ static int check_one_device(const struct job *J, struct rank *ranks,
 	}
 	*max_rel = 0;
 	for (layer = 0; layer < J->layers; layer++) {
-		const double *w1, *b1, *w2, *b2;
+		const double *w1, *b1;
 		size_t nw, nb, i;
 
 		dpl_mlp_layer(m, layer, &w1, &nw, &b1, &nb);
-		dpl_mlp_layer(owner(J, ranks, layer), layer, &w2, &nw, &b2,
-			      &nb);
+		if (nw != v[layer].nw || nb != v[layer].nb) {
+			dpl_mlp_destroy(m);
+			return dpl_set_error(DPL_EINVAL, "layer %u: %zu + %zu "
+					     "values, one device has %zu + "
+					     "%zu", layer, v[layer].nw,
+					     v[layer].nb, nw, nb);
+		}
 		for (i = 0; i < nw; i++)
-			*max_rel = fmax(*max_rel, rel(w1[i], w2[i]));
+			*max_rel = fmax(*max_rel, rel(w1[i], v[layer].w[i]));
 		for (i = 0; i < nb; i++)
-			*max_rel = fmax(*max_rel, rel(b1[i], b2[i]));
+			*max_rel = fmax(*max_rel, rel(b1[i], v[layer].b[i]));
 	}
 	dpl_mlp_destroy(m);
 	return 0;
@@ -858,10 +940,10 @@ static void print_text(const struct job *J, const struct result *R)
 
 	dpl_split(o->batch, o->microbatches, 0, &b, &e);
 	printf("dpl train: %u stages on %u ranks, %u micro-batches of up to "
-	       "%llu samples, %s, inproc, %s\n",
+	       "%llu samples, %s, %s, %s\n",
 	       J->nstages, J->world, o->microbatches,
 	       (unsigned long long)(e - b), dpl_policy_name(o->policy),
-	       o->synthetic ? "synthetic" : "cpu");
+	       J->tops->name, o->synthetic ? "synthetic" : "cpu");
 	if (!o->synthetic) {
 		printf("%9s  %s\n", "iteration", "loss");
 		for (it = 0; it < o->iterations; it++)
@@ -897,6 +979,7 @@ static int print_json(const struct job *J, const struct result *R)
 	cJSON_AddStringToObject(root, "policy", dpl_policy_name(o->policy));
 	cJSON_AddNumberToObject(root, "stages", J->nstages);
 	cJSON_AddNumberToObject(root, "world_size", J->world);
+	cJSON_AddStringToObject(root, "transport", J->tops->name);
 	cJSON_AddNumberToObject(root, "microbatches", o->microbatches);
 	cJSON_AddNumberToObject(root, "batch", (double)o->batch);
 	cJSON_AddNumberToObject(root, "iterations", o->iterations);
@@ -977,25 +1060,61 @@ static int write_trace(const struct job *J, struct rank *ranks)
 	return cli_out_commit(CMD, &out);
 }
 
-/* Run the ranks; fill R. Returns a CLI exit code. */
+/* Sum the loss over the ranks of each iteration; the bound per stage. */
+static void finish_results(const struct job *J, struct result *R)
+{
+	uint32_t i, s;
+
+	for (i = 0; i < J->o.iterations; i++) {
+		double sum = 0;
+
+		for (s = 0; s < J->world; s++)
+			if (!isnan(J->loss[(size_t)i * J->world + s]))
+				sum += J->loss[(size_t)i * J->world + s];
+		R->loss[i] = sum;
+	}
+	for (s = 0; s < J->nstages; s++)
+		R->bound[s] = dpl_schedule_bound(J->sched, s);
+}
+
+/* Digest and --check over the final weights in v. CLI exit code. */
+static int weights_results(const struct job *J, const struct layer_view *v,
+			   struct result *R)
+{
+#if defined(DPL_HAVE_DEVICE_CPU)
+	if (!J->o.synthetic) {
+		R->have_digest = true;
+		R->digest = digest(J, v);
+	}
+	if (J->o.check) {
+		if (check_one_device(J, v, &R->max_rel) != 0)
+			return cli_fail(CMD, "one-device training: %s",
+					dpl_last_error());
+		R->have_check = true;
+	}
+#endif
+	return CLI_OK;
+}
+
+/* Run the ranks as threads; fill R. Returns a CLI exit code. */
 static int train(struct job *J, struct result *R)
 {
 	struct rank *ranks = calloc(J->world, sizeof *ranks);
 	pthread_t *th = calloc(J->world, sizeof *th);
+	struct layer_view *v = calloc(J->layers + 1, sizeof *v);
 	uint64_t t0 = UINT64_MAX, t1 = 0;
 	uint32_t i, p, s, failed = 0;
 	int rc = CLI_OK;
 
-	J->loss = malloc((size_t)J->o.iterations * J->world * sizeof *J->loss);
-	if (ranks == NULL || th == NULL || J->loss == NULL) {
+	if (ranks == NULL || th == NULL || v == NULL) {
 		free(ranks);
 		free(th);
+		free(v);
 		return cli_fail(CMD, "out of memory");
 	}
-	for (i = 0; i < J->o.iterations * J->world; i++)
-		J->loss[i] = NAN;
 	snprintf(J->world_name, sizeof J->world_name, "dpl-train-%ld",
 		 (long)getpid());
+	J->boot = J->world_name;
 	pthread_barrier_init(&J->bar, NULL, J->world);
 	for (i = 0, p = 0; p < J->ranks; p++)
 		for (s = 0; s < J->reps[p]; s++, i++) {
@@ -1029,14 +1148,7 @@ static int train(struct job *J, struct result *R)
 	}
 	R->seconds = (double)(t1 - t0) / 1e9;
 	R->samples_per_s = (double)J->o.batch * J->o.iterations / R->seconds;
-	for (i = 0; i < J->o.iterations; i++) {
-		double sum = 0;
-
-		for (s = 0; s < J->world; s++)
-			if (!isnan(J->loss[(size_t)i * J->world + s]))
-				sum += J->loss[(size_t)i * J->world + s];
-		R->loss[i] = sum;
-	}
+	finish_results(J, R);
 	for (s = 0; s < J->nstages; s++) {
 		struct dpl_runner_stage_stats ss;
 		uint32_t base = 0;
@@ -1048,22 +1160,14 @@ static int train(struct job *J, struct result *R)
 			R->peak[s] = ss.peak_inflight;
 			R->peak_bytes[s] = ss.peak_buffer_bytes;
 		}
-		R->bound[s] = dpl_schedule_bound(J->sched, s);
 	}
 #if defined(DPL_HAVE_DEVICE_CPU)
-	if (!J->o.synthetic) {
-		R->have_digest = true;
-		R->digest = digest(J, ranks);
-	}
-	if (J->o.check) {
-		if (check_one_device(J, ranks, &R->max_rel) != 0) {
-			rc = cli_fail(CMD, "one-device training: %s",
-				      dpl_last_error());
-			goto out;
-		}
-		R->have_check = true;
-	}
+	for (i = 0; !J->o.synthetic && i < J->layers; i++)
+		dpl_mlp_layer(owner(J, ranks, i), i, &v[i].w, &v[i].nw,
+			      &v[i].b, &v[i].nb);
 #endif
+	if ((rc = weights_results(J, v, R)) != CLI_OK)
+		goto out;
 	if (J->o.trace_path)
 		rc = write_trace(J, ranks);
 out:
@@ -1078,14 +1182,475 @@ out:
 	}
 	free(ranks);
 	free(th);
+	free(v);
 	return rc;
+}
+
+/* ---- one rank of a multi-process job ---- */
+
+/*
+ * After training, every rank sends rank 0 its results through the
+ * transport (the runner is gone by then, so tags of a class the runner
+ * does not use): the length of its report, then the report, an array of
+ * doubles:
+ *   loss[iterations] (NAN where this rank has none),
+ *   n, then n x {stage, peak in flight, peak buffer bytes}   (replica 0),
+ *   n, then n x {layer, nw, nb, w[nw], b[nb]}                 (replica 0).
+ * Rank 0 answers every rank when it has them all; then all close.
+ */
+#define TAG_RESULTS(i) ((UINT64_C(7) << 57) | (i))
+#define TAG_LEN TAG_RESULTS(1)
+#define TAG_BODY TAG_RESULTS(2)
+#define TAG_ACK TAG_RESULTS(3)
+
+static size_t report_build(struct rank *k, double *out)
+{
+	struct job *J = k->J;
+	size_t n = 0, at;
+	uint32_t s, l;
+
+	for (l = 0; l < J->o.iterations; l++, n++)
+		if (out)
+			out[n] = J->loss[(size_t)l * J->world + k->rank];
+	at = n++;
+	if (out)
+		out[at] = 0;
+	for (s = 0; k->replica == 0 && s < J->nstages; s++) {
+		struct dpl_runner_stage_stats ss;
+
+		if (dpl_runner_stage_stats(k->r, s, &ss) != 0)
+			continue;
+		if (out) {
+			out[at]++;
+			out[n] = s;
+			out[n + 1] = ss.peak_inflight;
+			out[n + 2] = (double)ss.peak_buffer_bytes;
+		}
+		n += 3;
+	}
+	at = n++;
+	if (out)
+		out[at] = 0;
+#if defined(DPL_HAVE_DEVICE_CPU)
+	for (l = 0; !J->o.synthetic && k->replica == 0 && l < J->layers;
+	     l++) {
+		const double *w, *b;
+		size_t nw, nb;
+
+		if (dpl_schedule_stage_rank(J->sched, layer_stage(J, l)) !=
+			    k->prank ||
+		    dpl_mlp_layer(k->model, l, &w, &nw, &b, &nb) != 0)
+			continue;
+		if (out) {
+			out[at]++;
+			out[n] = l;
+			out[n + 1] = (double)nw;
+			out[n + 2] = (double)nb;
+			memcpy(out + n + 3, w, nw * sizeof *w);
+			memcpy(out + n + 3 + nw, b, nb * sizeof *b);
+		}
+		n += 3 + nw + nb;
+	}
+#endif
+	return n;
+}
+
+/* Is v a whole number in [0, max]? (NAN is not.) */
+static bool whole(double v, double max)
+{
+	return v >= 0 && v <= max && v == floor(v);
+}
+
+/* Read rank q's report of n doubles into J and R; views point into it. */
+static int report_read(struct job *J, struct result *R, uint32_t q,
+		       const double *d, size_t n, struct layer_view *v)
+{
+	size_t at = J->o.iterations, i, cnt;
+
+	if (n < at + 2)
+		goto bad;
+	for (i = 0; i < J->o.iterations; i++)
+		J->loss[i * J->world + q] = d[i];
+	if (!whole(d[at], J->nstages))
+		goto bad;
+	cnt = (size_t)d[at++];
+	if (n - at < cnt * 3 + 1)
+		goto bad;
+	for (i = 0; i < cnt; i++, at += 3) {
+		if (!whole(d[at], J->nstages - 1) ||
+		    !whole(d[at + 1], UINT32_MAX) ||
+		    !whole(d[at + 2], 0x1p53))
+			goto bad;
+		R->peak[(uint32_t)d[at]] = (uint32_t)d[at + 1];
+		R->peak_bytes[(uint32_t)d[at]] = (uint64_t)d[at + 2];
+	}
+	if (!whole(d[at], J->layers))
+		goto bad;
+	cnt = (size_t)d[at++];
+	for (i = 0; i < cnt; i++) {
+		size_t nw, nb;
+		uint32_t l;
+
+		if (n - at < 3 || !whole(d[at], J->layers - 1) ||
+		    !whole(d[at + 1], (double)(n - at)) ||
+		    !whole(d[at + 2], (double)(n - at)))
+			goto bad;
+		l = (uint32_t)d[at];
+		nw = (size_t)d[at + 1];
+		nb = (size_t)d[at + 2];
+		at += 3;
+		if (nw > n - at || nb > n - at - nw)
+			goto bad;
+		v[l].w = d + at;
+		v[l].nw = nw;
+		v[l].b = d + at + nw;
+		v[l].nb = nb;
+		at += nw + nb;
+	}
+	if (at != n)
+		goto bad;
+	return 0;
+bad:
+	return cli_fail(CMD, "rank %u sent a malformed report (%zu values)",
+			q, n);
+}
+
+struct xreq {
+	void *req;
+	uint32_t peer;
+	bool live;
+};
+
+/*
+ * Progress until every live request in x[0..n) completed, or the
+ * deadline. On an error, k->msg says what (`what` and the peer) and the
+ * code is returned; requests still live then stay with the transport
+ * until it is closed.
+ */
+static int wait_all(struct rank *k, struct xreq *x, size_t n,
+		    uint64_t deadline, const char *what)
+{
+	const struct dpl_transport_ops *o = dpl_transport_ops(k->t);
+	void *ctx = dpl_transport_ctx(k->t);
+	struct timespec nap = {0, 20000};
+	size_t i, live;
+	int rc;
+
+	for (;;) {
+		if ((rc = o->progress(ctx)) < 0) {
+			snprintf(k->msg, sizeof k->msg, "rank %u: %s: %s",
+				 k->rank, what, dpl_last_error());
+			return rc;
+		}
+		for (i = 0, live = 0; i < n; i++) {
+			if (!x[i].live)
+				continue;
+			rc = o->test(ctx, x[i].req);
+			if (rc == DPL_EAGAIN) {
+				live++;
+				continue;
+			}
+			x[i].live = false;
+			if (rc != 0) {
+				snprintf(k->msg, sizeof k->msg,
+					 "rank %u: %s rank %u: %s (%s)",
+					 k->rank, what, x[i].peer,
+					 dpl_strerror(rc), dpl_err_name(rc));
+				return rc;
+			}
+		}
+		if (live == 0)
+			return 0;
+		if (now_ns() > deadline) {
+			for (i = 0; i < n && !x[i].live; i++)
+				;
+			snprintf(k->msg, sizeof k->msg,
+				 "rank %u: %s rank %u: no answer within %g s "
+				 "(DPL_ETIMEDOUT)", k->rank, what, x[i].peer,
+				 k->J->o.timeout_s);
+			return DPL_ETIMEDOUT;
+		}
+		if (o->wait && (o->caps & DPL_TRANSPORT_CAP_WAIT))
+			o->wait(ctx, 1000000);
+		else
+			nanosleep(&nap, NULL);
+	}
+}
+
+/* Send rank 0 the report, or (rank 0) gather all of them into J and R. */
+static int exchange(struct rank *k, struct result *R, double *mine,
+		    uint64_t nmine)
+{
+	struct job *J = k->J;
+	const struct dpl_transport_ops *o = dpl_transport_ops(k->t);
+	void *ctx = dpl_transport_ctx(k->t);
+	size_t rsz = (o->req_size + 63) / 64 * 64;
+	uint64_t deadline = now_ns() + (uint64_t)(J->o.timeout_s * 1e9);
+	uint64_t *lens = calloc(J->world, sizeof *lens);
+	double **bodies = calloc(J->world, sizeof *bodies);
+	struct layer_view *v = calloc(J->layers + 1, sizeof *v);
+	struct xreq *x = calloc(J->world, sizeof *x);
+	unsigned char *reqs = calloc(J->world, rsz), ack = 0;
+	uint32_t q;
+	int rc = 0;
+
+	if (!lens || !bodies || !v || !x || !reqs) {
+		snprintf(k->msg, sizeof k->msg, "rank %u: out of memory",
+			 k->rank);
+		rc = DPL_ENOMEM;
+		goto out;
+	}
+	for (q = 0; q < J->world; q++) {
+		x[q].req = reqs + (size_t)q * rsz;
+		x[q].peer = k->rank == 0 ? q : 0;
+	}
+	if (k->rank != 0) {
+		lens[0] = nmine;
+		rc = o->isend(ctx, x[0].req, 0, TAG_LEN, &lens[0],
+			      sizeof lens[0], DPL_MEM_HOST);
+		x[0].live = rc == 0;
+		if (rc == 0)
+			rc = wait_all(k, x, 1, deadline,
+				      "sending results to");
+		if (rc == 0) {
+			rc = o->isend(ctx, x[0].req, 0, TAG_BODY, mine,
+				      nmine * sizeof *mine, DPL_MEM_HOST);
+			x[0].live = rc == 0;
+		}
+		if (rc == 0)
+			rc = wait_all(k, x, 1, deadline,
+				      "sending results to");
+		if (rc == 0) {
+			rc = o->irecv(ctx, x[0].req, 0, TAG_ACK, &ack, 0,
+				      DPL_MEM_HOST);
+			x[0].live = rc == 0;
+		}
+		if (rc == 0)
+			rc = wait_all(k, x, 1, deadline,
+				      "waiting for the end from");
+		else if (k->msg[0] == '\0')
+			snprintf(k->msg, sizeof k->msg, "rank %u: posting "
+				 "results for rank 0: %s", k->rank,
+				 dpl_last_error());
+		goto out;
+	}
+	for (q = 1; q < J->world && rc == 0; q++) {
+		rc = o->irecv(ctx, x[q].req, q, TAG_LEN, &lens[q],
+			      sizeof lens[q], DPL_MEM_HOST);
+		x[q].live = rc == 0;
+	}
+	if (rc == 0)
+		rc = wait_all(k, x, J->world, deadline, "results from");
+	for (q = 1; q < J->world && rc == 0; q++) {
+		if (lens[q] > ((uint64_t)1 << 32)) {
+			snprintf(k->msg, sizeof k->msg, "rank %u: rank %u "
+				 "announced a report of %llu values", k->rank,
+				 q, (unsigned long long)lens[q]);
+			rc = DPL_EINVAL;
+			break;
+		}
+		bodies[q] = malloc((size_t)lens[q] * sizeof **bodies + 1);
+		if (bodies[q] == NULL) {
+			rc = DPL_ENOMEM;
+			snprintf(k->msg, sizeof k->msg, "rank %u: out of "
+				 "memory", k->rank);
+			break;
+		}
+		rc = o->irecv(ctx, x[q].req, q, TAG_BODY, bodies[q],
+			      (size_t)lens[q] * sizeof **bodies,
+			      DPL_MEM_HOST);
+		x[q].live = rc == 0;
+	}
+	if (rc == 0)
+		rc = wait_all(k, x, J->world, deadline, "results from");
+	for (q = 1; q < J->world && rc == 0; q++) {
+		rc = o->isend(ctx, x[q].req, q, TAG_ACK, &ack, 0,
+			      DPL_MEM_HOST);
+		x[q].live = rc == 0;
+	}
+	if (rc == 0)
+		rc = wait_all(k, x, J->world, deadline, "ending with");
+	if (rc != 0) {
+		if (k->msg[0] == '\0')
+			snprintf(k->msg, sizeof k->msg, "rank %u: gathering "
+				 "results: %s", k->rank, dpl_last_error());
+		goto out;
+	}
+	if (report_read(J, R, 0, mine, nmine, v) != 0) {
+		rc = DPL_EINVAL;
+		goto done;
+	}
+	for (q = 1; q < J->world; q++)
+		if (report_read(J, R, q, bodies[q], lens[q], v) != 0) {
+			rc = DPL_EINVAL;
+			goto done;
+		}
+	R->seconds = (double)(k->t1 - k->t0) / 1e9;
+	R->samples_per_s = (double)J->o.batch * J->o.iterations / R->seconds;
+	finish_results(J, R);
+	rc = weights_results(J, v, R) == CLI_OK ? 0 : DPL_EINVAL;
+done:
+	/* Reported already: no rank message. */
+	if (rc != 0)
+		k->msg[0] = '\0';
+out:
+	/* Requests still pending belong to the transport: close it before
+	 * their buffers go. */
+	for (q = 0; q < J->world; q++)
+		if (x && x[q].live) {
+			dpl_transport_close(k->t);
+			k->t = NULL;
+			break;
+		}
+	for (q = 0; bodies && q < J->world; q++)
+		free(bodies[q]);
+	free(bodies);
+	free(lens);
+	free(v);
+	free(x);
+	free(reqs);
+	return rc;
+}
+
+/*
+ * After a failure, stay reachable for a moment (progressing, so the
+ * transport keeps its heartbeats) before leaving: a peer that still waits
+ * on this rank then reads its failure notice, which names the rank that
+ * failed first, before it sees this one leave and names it instead.
+ */
+static void linger(struct rank *k)
+{
+	const struct dpl_transport_ops *o = dpl_transport_ops(k->t);
+	void *ctx = dpl_transport_ctx(k->t);
+	double s = fmin(0.5, k->J->o.timeout_s / 2);
+	uint64_t end = now_ns() + (uint64_t)(s * 1e9);
+	struct timespec nap = {0, 1000000};
+
+	while (now_ns() < end && o->progress(ctx) >= 0)
+		nanosleep(&nap, NULL);
+}
+
+/* Run this process's rank of a multi-process job; fill R on rank 0. */
+static int train_rank(struct job *J, struct result *R, uint32_t rank)
+{
+	struct rank k;
+	double *mine = NULL;
+	size_t n = 0;
+	bool ran;
+	int rc;
+
+	memset(&k, 0, sizeof k);
+	k.J = J;
+	k.rank = rank;
+	J->boot = NULL;
+	dpl_runner_position(J->sched, J->reps, rank, &k.prank, &k.replica);
+	if (rank_setup(&k) == 0)
+		rank_loop(&k);
+	if (k.rc == 0) {
+		n = report_build(&k, NULL);
+		mine = malloc(n * sizeof *mine + 1);
+		if (mine == NULL) {
+			k.rc = DPL_ENOMEM;
+			snprintf(k.msg, sizeof k.msg, "rank %u: out of memory",
+				 rank);
+		} else {
+			report_build(&k, mine);
+		}
+	}
+	ran = k.r != NULL;
+	dpl_runner_destroy(k.r);
+	k.r = NULL;
+	if (k.rc == 0)
+		k.rc = exchange(&k, R, mine, n);
+	else if (ran)
+		linger(&k);
+	dpl_transport_close(k.t);
+	destroy_model(&k);
+	dpl_device_close(k.dev);
+	free(mine);
+	rc = k.rc;
+	if (rc == 0)
+		return CLI_OK;
+	if (k.msg[0] != '\0')
+		fprintf(stderr, "dpl train: %s\n", k.msg);
+	return rc == DPL_EPEER ? CLI_PEER_FAILED : CLI_FAIL;
+}
+
+/* The transport named `name`, or a usage error. */
+static int find_transport(const char *name,
+			  const struct dpl_transport_ops **out)
+{
+	static const struct {
+		const char *name;
+		const struct dpl_transport_ops *ops;
+	} t[] = {
+		{"inproc", &dpl_transport_inproc},
+#if defined(DPL_HAVE_TRANSPORT_SHM)
+		{"shm", &dpl_transport_shm},
+#else
+		{"shm", NULL},
+#endif
+#if defined(DPL_HAVE_TRANSPORT_UCX)
+		{"ucx", &dpl_transport_ucx},
+#else
+		{"ucx", NULL},
+#endif
+#if defined(DPL_HAVE_TRANSPORT_OFI)
+		{"ofi", &dpl_transport_ofi},
+#else
+		{"ofi", NULL},
+#endif
+	};
+	size_t i;
+
+	for (i = 0; i < sizeof t / sizeof t[0]; i++) {
+		if (strcmp(name, t[i].name) != 0)
+			continue;
+		if (t[i].ops == NULL)
+			return cli_usage_error(CMD, "--transport %s: dpl was "
+					       "built without that transport",
+					       name);
+		*out = t[i].ops;
+		return 0;
+	}
+	return cli_usage_error(CMD, "--transport: '%s' is not inproc, shm, "
+			       "ucx or ofi", name);
+}
+
+/* This command line less --nprocs and --pid-dir, for the ranks. */
+static char **rank_argv(int argc, char **argv, const char *transport)
+{
+	char **a = calloc((size_t)argc + 4, sizeof *a);
+	const char *v;
+	int i, n = 0, j;
+
+	if (a == NULL)
+		return NULL;
+	a[n++] = (char *)"dpl";
+	a[n++] = argv[0];
+	for (i = 1; i < argc; i++) {
+		j = i;
+		if (cli_flag(argc, argv, &j, "--nprocs", &v) ||
+		    cli_flag(argc, argv, &j, "--pid-dir", &v)) {
+			i = j;
+			continue;
+		}
+		a[n++] = argv[i];
+	}
+	if (transport) {
+		a[n++] = (char *)"--transport";
+		a[n++] = (char *)transport;
+	}
+	a[n] = NULL;
+	return a;
 }
 
 static int run(int argc, char **argv)
 {
 	struct job *J = calloc(1, sizeof *J);
 	struct result R;
-	int rc;
+	uint32_t env_rank = 0, env_world = 0, i;
+	int rc, env = 0;
 
 	if (J == NULL)
 		return cli_fail(CMD, "out of memory");
@@ -1103,13 +1668,90 @@ static int run(int argc, char **argv)
 	J->o.optimizer = 1; /* adam */
 	if ((rc = parse(argc, argv, &J->o)) != 0 || (rc = resolve(J)) != 0)
 		goto out;
+	if (J->o.nprocs == 0 &&
+	    (env = cli_launch_env(CMD, &env_rank, &env_world)) == CLI_USAGE) {
+		rc = CLI_USAGE;
+		goto out;
+	}
+	J->procs = J->o.nprocs > 0 || env == 1;
+	if ((rc = find_transport(J->o.transport ? J->o.transport
+				 : J->procs	? "shm"
+						: "inproc",
+				 &J->tops)) != 0)
+		goto out;
+	if (J->procs && J->tops == &dpl_transport_inproc) {
+		rc = cli_usage_error(CMD, "--transport inproc runs the ranks "
+				     "as threads of one process; %s needs "
+				     "shm, ucx or ofi",
+				     J->o.nprocs ? "--nprocs"
+						 : "a rank from the "
+						   "environment");
+		goto out;
+	}
+	if (J->o.pid_dir && J->o.nprocs == 0) {
+		rc = cli_usage_error(CMD, "--pid-dir applies to --nprocs only");
+		goto out;
+	}
+	if (!J->procs && J->tops != &dpl_transport_inproc) {
+		rc = cli_usage_error(CMD, "--transport %s runs one process per "
+				     "rank: give --nprocs %u, or start the "
+				     "ranks with DPL_RANK, DPL_WORLD_SIZE and "
+				     "DPL_ROOT set", J->tops->name, J->world);
+		goto out;
+	}
+	if (J->procs && J->o.trace_path) {
+		rc = cli_usage_error(CMD, "--trace needs all ranks in one "
+				     "process (--transport inproc)");
+		goto out;
+	}
+	if (J->procs && (J->o.nprocs ? J->o.nprocs : env_world) != J->world) {
+		char reps[256] = "";
+		size_t len = 0;
+
+		for (i = 0; i < J->ranks && len + 12 < sizeof reps; i++)
+			len += (size_t)snprintf(reps + len, sizeof reps - len,
+						"%s%u", i ? "," : "",
+						J->reps[i]);
+		rc = cli_usage_error(CMD, "%s %u ranks, but the layout has %u "
+				     "(the sum of the replicas %s)",
+				     J->o.nprocs ? "--nprocs starts"
+						 : "the environment's world "
+						   "has",
+				     J->o.nprocs ? J->o.nprocs : env_world,
+				     J->world, reps);
+		goto out;
+	}
+	if (J->o.nprocs > 0) {
+		struct cli_launch lp = {0};
+		char **a = rank_argv(argc, argv,
+				     J->o.transport ? NULL : "shm");
+
+		if (a == NULL) {
+			rc = cli_fail(CMD, "out of memory");
+			goto out;
+		}
+		lp.nprocs = J->o.nprocs;
+		lp.grace_s = J->o.timeout_s + 1;
+		lp.pid_dir = J->o.pid_dir;
+		lp.argv = a;
+		rc = cli_launch_run(CMD, &lp);
+		free(a);
+		goto out;
+	}
 	R.loss = calloc(J->o.iterations, sizeof *R.loss);
-	if (R.loss == NULL) {
+	J->loss = malloc((size_t)J->o.iterations * J->world * sizeof *J->loss);
+	if (R.loss == NULL || J->loss == NULL) {
 		rc = cli_fail(CMD, "out of memory");
 		goto out;
 	}
-	if ((rc = train(J, &R)) != 0)
+	for (i = 0; i < J->o.iterations * J->world; i++)
+		J->loss[i] = NAN;
+	if (J->procs) {
+		if ((rc = train_rank(J, &R, env_rank)) != 0 || env_rank != 0)
+			goto out;
+	} else if ((rc = train(J, &R)) != 0) {
 		goto out;
+	}
 	rc = J->o.json ? print_json(J, &R) : (print_text(J, &R), 0);
 	if (rc == 0 && R.have_check && !(R.max_rel <= CHECK_LIMIT))
 		rc = cli_fail(CMD, "--check: largest relative weight "
@@ -1142,7 +1784,8 @@ static int run(int argc, char **argv)
 
 const struct dpl_cli_cmd dpl_cli_cmd_train = {
 	.name = "train",
-	.summary = "train a model with one runner per rank (in-process)",
+	.summary = "train a model with one runner per rank (threads or "
+		   "processes)",
 	.run = run,
 	.usage = usage,
 };

@@ -1,0 +1,51 @@
+/*
+ * launch.h - start the ranks of a job as local processes (`dpl train
+ * --nprocs N`) and wait for them with a bound.
+ */
+#ifndef DPL_CLI_LAUNCH_H
+#define DPL_CLI_LAUNCH_H
+
+#include <stdint.h>
+
+/* Exit status of a rank process that stopped because another rank failed
+ * (the runner's DPL_EPEER); 1 means the rank failed itself. */
+#define CLI_PEER_FAILED 3
+
+struct cli_launch {
+	uint32_t nprocs;    /* ranks to start, >= 1 */
+	double grace_s;     /* once a rank failed, how long the others have
+			       to exit before they are killed */
+	const char *pid_dir; /* NULL, or a directory that receives
+				rank-<r>.pid for every rank started */
+	char **argv;        /* the rank's command line, NULL-terminated;
+			       argv[0] is only the name: this program's
+			       file (/proc/self/exe) runs */
+};
+
+/*
+ * cli_launch_run - run p->nprocs copies of this program, rank r with
+ * DPL_RANK=r, DPL_WORLD_SIZE=nprocs and DPL_ROOT=127.0.0.1:<a free port>
+ * in its environment, plus UCX_NET_DEVICES=lo, FI_TCP_IFACE=lo and
+ * UCX_LOG_FILE=stderr when they are not set. Each child dies with the
+ * parent (PR_SET_PDEATHSIG).
+ * Blocks until every child exited: without a failure, for as long as they
+ * run; once one failed (non-zero exit or a signal), at most grace_s more,
+ * after which the rest are killed and named. SIGINT, SIGTERM and SIGHUP
+ * are passed on to the ranks and end the wait the same way (the handlers
+ * are restored on return). Removes what a rank killed
+ * by a signal left in /dev/shm (dpl-*-p<pid> segments, libfabric shm's
+ * <pid>:* files). Prints on stderr which rank failed first and how.
+ * Returns the CLI exit code: CLI_OK when every rank exited 0, else
+ * CLI_FAIL.
+ */
+int cli_launch_run(const char *cmd, const struct cli_launch *p);
+
+/*
+ * cli_launch_env - the rank and world size this process was given by a
+ * launcher: DPL_RANK and DPL_WORLD_SIZE, else torchrun's RANK and
+ * WORLD_SIZE. Returns 1 when found (and valid), 0 when the environment
+ * names no rank, or CLI_USAGE after printing which variable is malformed.
+ */
+int cli_launch_env(const char *cmd, uint32_t *rank, uint32_t *world);
+
+#endif /* DPL_CLI_LAUNCH_H */

@@ -1,0 +1,596 @@
+/*
+ * test_train_mp.c - `dpl train` with one process per rank: the same
+ * weights digest as the threaded run over shm, ucx and ofi on a pure
+ * pipeline, DP x PP and an uneven layout; a rank that fails (--fail-at)
+ * or is killed with SIGKILL stops every other rank with an error naming
+ * it, with no rank left running and nothing left in /dev/shm; ranks
+ * started by an outside launcher (torchrun's variables); bad flags and
+ * worlds that do not match the layout. Every run is waited for with a
+ * bound: a hang is a failure.
+ */
+#define _POSIX_C_SOURCE 200809L
+#include <criterion/criterion.h>
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <arpa/inet.h>
+#include <cjson/cJSON.h>
+
+/* The slack on top of the launcher's own bound (timeout + 1 s) before a
+ * run counts as hung. */
+#define HANG_S 30.0
+
+/* The per-wait timeout given to the ranks: short, but above the
+ * transport's declared bound for noticing a dead peer (ofi: 2 s). */
+static int timeout_for(const char *transport)
+{
+	return strcmp(transport, "ofi") == 0 ? 5 : 3;
+}
+
+static double now_s(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+struct run {
+	pid_t pid;
+	char dir[64];      /* scratch: out, err, pids/ */
+	char pids[96];
+	int status;        /* exit code; -1 after a signal */
+	char *out, *err;
+};
+
+/* Scratch directories of this test, removed by its fini even when an
+ * assertion ended it early. */
+static char scratch[16][64];
+static unsigned nscratch;
+
+static void remove_scratch(void)
+{
+	char cmd[160];
+	unsigned i;
+
+	for (i = 0; i < nscratch; i++) {
+		snprintf(cmd, sizeof cmd, "rm -rf %s", scratch[i]);
+		if (system(cmd) != 0)
+			fprintf(stderr, "cannot remove %s\n", scratch[i]);
+	}
+	nscratch = 0;
+}
+
+TestSuite(train_mp, .fini = remove_scratch);
+
+static char *slurp(const char *path)
+{
+	FILE *f = fopen(path, "r");
+	size_t cap = 1 << 16, len = 0, n;
+	char *s = malloc(cap);
+
+	cr_assert_not_null(f, "%s: %s", path, strerror(errno));
+	while ((n = fread(s + len, 1, cap - len - 1, f)) > 0) {
+		len += n;
+		if (len + 1 == cap)
+			s = realloc(s, cap *= 2);
+	}
+	s[len] = '\0';
+	fclose(f);
+	return s;
+}
+
+/*
+ * Start `dpl <args>` (space-separated; "%P" becomes the scratch pid
+ * directory) with the "KEY=VALUE" settings of env[] (NULL-terminated; a
+ * value-less "KEY" unsets it), stdout and stderr to files.
+ */
+static void start(struct run *r, const char *args, const char *const *env)
+{
+	char *copy, *tok, *save = NULL, *argv[64], path[128];
+	int n = 0, fd;
+
+	memset(r, 0, sizeof *r);
+	strcpy(r->dir, "/tmp/dpl-train-mp-XXXXXX");
+	cr_assert_not_null(mkdtemp(r->dir));
+	cr_assert_lt(nscratch, 16u);
+	strcpy(scratch[nscratch++], r->dir);
+	snprintf(r->pids, sizeof r->pids, "%s/pids", r->dir);
+	cr_assert_eq(mkdir(r->pids, 0700), 0);
+	copy = strdup(args);
+	argv[n++] = (char *)DPL_CLI_PATH;
+	for (tok = strtok_r(copy, " ", &save); tok && n < 62;
+	     tok = strtok_r(NULL, " ", &save))
+		argv[n++] = strcmp(tok, "%P") == 0 ? r->pids : tok;
+	argv[n] = NULL;
+	fflush(NULL);
+	r->pid = fork();
+	cr_assert_geq(r->pid, 0);
+	if (r->pid == 0) {
+		for (; env && *env; env++) {
+			const char *eq = strchr(*env, '=');
+
+			if (eq == NULL) {
+				unsetenv(*env);
+			} else {
+				char k[64];
+
+				snprintf(k, sizeof k, "%.*s", (int)(eq - *env),
+					 *env);
+				setenv(k, eq + 1, 1);
+			}
+		}
+		snprintf(path, sizeof path, "%s/out", r->dir);
+		fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+		dup2(fd, 1);
+		snprintf(path, sizeof path, "%s/err", r->dir);
+		fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+		dup2(fd, 2);
+		execv(DPL_CLI_PATH, argv);
+		_exit(127);
+	}
+	free(copy);
+}
+
+/* Wait at most limit_s for the run; a run still going then is killed
+ * and fails the test. */
+static void finish(struct run *r, double limit_s)
+{
+	double end = now_s() + limit_s;
+	struct timespec tick = {0, 10000000};
+	char path[128];
+	pid_t w;
+	int st;
+
+	while ((w = waitpid(r->pid, &st, WNOHANG)) == 0 && now_s() < end)
+		nanosleep(&tick, NULL);
+	if (w == 0) {
+		kill(r->pid, SIGKILL);
+		waitpid(r->pid, &st, 0);
+		cr_assert_fail("dpl did not exit within %.0f s", limit_s);
+	}
+	r->status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+	snprintf(path, sizeof path, "%s/out", r->dir);
+	r->out = slurp(path);
+	snprintf(path, sizeof path, "%s/err", r->dir);
+	r->err = slurp(path);
+}
+
+static void run_done(struct run *r)
+{
+	free(r->out);
+	free(r->err);
+}
+
+static unsigned read_pids(const struct run *r, pid_t *pids, unsigned n);
+static void assert_clean(const pid_t *pids, unsigned n);
+
+static unsigned count(const char *s, const char *needle)
+{
+	unsigned n = 0;
+
+	while ((s = strstr(s, needle)) != NULL) {
+		n++;
+		s += strlen(needle);
+	}
+	return n;
+}
+
+/*
+ * Run to the end; return the digest of a successful --json run. With
+ * `world` > 0 the run is launched with --pid-dir: after it, none of its
+ * ranks is left, nor anything of theirs in /dev/shm.
+ */
+static void digest_of(const char *args, const char *transport, char *hex,
+		      unsigned world)
+{
+	struct run r;
+	cJSON *j, *d, *t, *m;
+	pid_t pids[8];
+
+	start(&r, args, NULL);
+	finish(&r, 120);
+	cr_assert_eq(r.status, 0, "dpl %s: exit %d:\n%s", args, r.status,
+		     r.err);
+	j = cJSON_Parse(r.out);
+	cr_assert_not_null(j, "dpl %s: not JSON:\n%s", args, r.out);
+	d = cJSON_GetObjectItemCaseSensitive(j, "weights_digest");
+	t = cJSON_GetObjectItemCaseSensitive(j, "transport");
+	m = cJSON_GetObjectItemCaseSensitive(j, "max_rel_diff");
+	cr_assert(cJSON_IsString(d) && strlen(d->valuestring) == 16);
+	cr_assert(cJSON_IsString(t));
+	cr_assert_str_eq(t->valuestring, transport);
+	cr_assert(cJSON_IsNumber(m) && m->valuedouble <= 1e-5,
+		  "dpl %s: max_rel_diff above 1e-5", args);
+	strcpy(hex, d->valuestring);
+	/* Only rank 0 prints: one report. */
+	cr_assert_eq(count(r.out, "\"weights_digest\""), 1,
+		     "not one report:\n%s", r.out);
+	if (world > 0) {
+		cr_assert_eq(read_pids(&r, pids, world), world);
+		assert_clean(pids, world);
+	}
+	cJSON_Delete(j);
+	run_done(&r);
+}
+
+static const struct {
+	const char *flags;
+	unsigned world;
+} layouts[] = {
+	{"--stages 4", 4},                       /* pure pipeline */
+	{"--stages 2 --replicas 2", 4},          /* DP x PP */
+	{"--stages 3 --replicas 2,1,1", 4},      /* uneven replication */
+};
+
+static void same_digest(const char *transport)
+{
+	char args[256], want[24], got[24];
+	size_t i;
+
+	for (i = 0; i < sizeof layouts / sizeof layouts[0]; i++) {
+		snprintf(args, sizeof args, "train %s --iterations 4 --check "
+			 "--json --timeout 20", layouts[i].flags);
+		digest_of(args, "inproc", want, 0);
+		snprintf(args, sizeof args, "train %s --iterations 4 --check "
+			 "--json --timeout 20 --nprocs %u --transport %s "
+			 "--pid-dir %%P", layouts[i].flags, layouts[i].world,
+			 transport);
+		digest_of(args, transport, got, layouts[i].world);
+		cr_assert_str_eq(got, want, "%s over %s: digest %s, "
+				 "threads give %s", layouts[i].flags,
+				 transport, got, want);
+	}
+}
+
+Test(train_mp, digest_shm_equals_threads, .timeout = 300)
+{
+	same_digest("shm");
+}
+
+Test(train_mp, digest_ucx_equals_threads, .timeout = 300)
+{
+#if !defined(DPL_TEST_HAVE_UCX)
+	cr_skip_test("dpl was built without the UCX transport");
+#endif
+	same_digest("ucx");
+}
+
+Test(train_mp, digest_ofi_equals_threads, .timeout = 300)
+{
+#if !defined(DPL_TEST_HAVE_OFI)
+	cr_skip_test("dpl was built without the libfabric transport");
+#endif
+	same_digest("ofi");
+}
+
+/* The pids the launcher wrote, in rank order. */
+static unsigned read_pids(const struct run *r, pid_t *pids, unsigned n)
+{
+	char path[160];
+	unsigned i, got = 0;
+
+	for (i = 0; i < n; i++) {
+		FILE *f;
+		long v;
+
+		snprintf(path, sizeof path, "%s/pids/rank-%u.pid", r->dir, i);
+		if ((f = fopen(path, "r")) == NULL)
+			continue;
+		if (fscanf(f, "%ld", &v) == 1) {
+			pids[i] = (pid_t)v;
+			got++;
+		}
+		fclose(f);
+	}
+	return got;
+}
+
+/* No rank process left, and nothing of theirs in /dev/shm. */
+static void assert_clean(const pid_t *pids, unsigned n)
+{
+	struct dirent *e;
+	unsigned i;
+	DIR *d;
+
+	for (i = 0; i < n; i++)
+		cr_assert(kill(pids[i], 0) != 0 && errno == ESRCH,
+			  "rank %u (pid %ld) is still there", i,
+			  (long)pids[i]);
+	d = opendir("/dev/shm");
+	cr_assert_not_null(d);
+	while ((e = readdir(d)) != NULL)
+		for (i = 0; i < n; i++) {
+			char a[32], b[32];
+			size_t len = strlen(e->d_name), lb;
+
+			snprintf(a, sizeof a, "%ld:", (long)pids[i]);
+			lb = (size_t)snprintf(b, sizeof b, "-p%ld",
+					      (long)pids[i]);
+			bool mine = strncmp(e->d_name, a, strlen(a)) == 0 ||
+				    (strncmp(e->d_name, "dpl-", 4) == 0 &&
+				     len > lb &&
+				     strcmp(e->d_name + len - lb, b) == 0);
+
+			cr_assert(!mine, "/dev/shm/%s left by rank %u",
+				  e->d_name, i);
+		}
+	closedir(d);
+}
+
+/* The line rank `rank` printed about its own end ("dpl train: rank R
+ * (stage rank ..."), or NULL. */
+static char *rank_line(const char *err, unsigned rank, char *buf,
+		       size_t size)
+{
+	char key[64];
+	const char *p, *nl;
+
+	snprintf(key, sizeof key, "dpl train: rank %u (stage rank", rank);
+	if ((p = strstr(err, key)) == NULL)
+		return NULL;
+	nl = strchr(p, '\n');
+	snprintf(buf, size, "%.*s", (int)(nl ? nl - p : (long)strlen(p)), p);
+	return buf;
+}
+
+static void fail_at(const char *transport)
+{
+	char args[256], line[1024];
+	struct run r;
+	pid_t pids[4];
+	unsigned q;
+
+	snprintf(args, sizeof args, "train --nprocs 4 --transport %s "
+		 "--fail-at 2:3 --iterations 10 --timeout %d --pid-dir %%P",
+		 transport, timeout_for(transport));
+	start(&r, args, NULL);
+	finish(&r, timeout_for(transport) + 1 + HANG_S);
+	cr_assert_eq(r.status, 1, "exit %d:\n%s", r.status, r.err);
+	cr_assert_eq(read_pids(&r, pids, 4), 4);
+	/* Rank 2 failed itself; every other rank names rank 2. */
+	cr_assert_not_null(rank_line(r.err, 2, line, sizeof line), "%s",
+			   r.err);
+	cr_assert_not_null(strstr(line, "injected failure"), "%s", line);
+	for (q = 0; q < 4; q++) {
+		if (q == 2)
+			continue;
+		cr_assert_not_null(rank_line(r.err, q, line, sizeof line),
+				   "no message of rank %u:\n%s", q, r.err);
+		cr_assert_not_null(strstr(line, "rank 2 failed"), "%s", line);
+	}
+	/* The launcher names rank 2, saw all four fail, killed none. */
+	snprintf(line, sizeof line, "rank 2 (pid %ld) failed (exit status 1); "
+		 "4 of 4 ranks exited with an error", (long)pids[2]);
+	cr_assert_not_null(strstr(r.err, line), "%s", r.err);
+	cr_assert_null(strstr(r.err, "did not exit in time"), "%s", r.err);
+	cr_assert_eq(r.out[0], '\0', "stdout: %s", r.out);
+	assert_clean(pids, 4);
+	run_done(&r);
+}
+
+Test(train_mp, fail_at_shm_stops_every_rank, .timeout = 120)
+{
+	fail_at("shm");
+}
+
+Test(train_mp, fail_at_ucx_stops_every_rank, .timeout = 120)
+{
+#if !defined(DPL_TEST_HAVE_UCX)
+	cr_skip_test("dpl was built without the UCX transport");
+#endif
+	fail_at("ucx");
+}
+
+Test(train_mp, fail_at_ofi_stops_every_rank, .timeout = 120)
+{
+#if !defined(DPL_TEST_HAVE_OFI)
+	cr_skip_test("dpl was built without the libfabric transport");
+#endif
+	fail_at("ofi");
+}
+
+/* Does /proc/<pid>/stat say the process has used `ticks` of CPU? */
+static bool busy(pid_t pid, unsigned long ticks)
+{
+	char path[64], buf[1024], *p;
+	unsigned long ut = 0, st = 0;
+	FILE *f;
+	int i;
+
+	snprintf(path, sizeof path, "/proc/%ld/stat", (long)pid);
+	if ((f = fopen(path, "r")) == NULL)
+		return false;
+	buf[fread(buf, 1, sizeof buf - 1, f)] = '\0';
+	fclose(f);
+	/* utime and stime are fields 14 and 15, counted after "(comm)". */
+	if ((p = strrchr(buf, ')')) == NULL)
+		return false;
+	for (i = 0; i < 11 && p; i++)
+		p = strchr(p + 1, ' ');
+	if (p == NULL || sscanf(p, " %lu %lu", &ut, &st) != 2)
+		return false;
+	return ut + st >= ticks;
+}
+
+static void sigkill(const char *transport)
+{
+	char args[256], line[1024];
+	struct timespec tick = {0, 20000000};
+	double end;
+	struct run r;
+	pid_t pids[4];
+	unsigned q;
+
+	snprintf(args, sizeof args, "train --nprocs 4 --transport %s "
+		 "--iterations 1000000 --timeout %d --pid-dir %%P", transport,
+		 timeout_for(transport));
+	start(&r, args, NULL);
+	/* Mid-training: every rank started and rank 1 has computed. */
+	end = now_s() + 20;
+	while ((read_pids(&r, pids, 4) < 4 || !busy(pids[1], 20)) &&
+	       now_s() < end)
+		nanosleep(&tick, NULL);
+	cr_assert_eq(read_pids(&r, pids, 4), 4, "ranks did not start");
+	cr_assert(busy(pids[1], 20), "rank 1 did not start training");
+	cr_assert_eq(kill(pids[1], SIGKILL), 0);
+	finish(&r, timeout_for(transport) + 1 + HANG_S);
+	cr_assert_eq(r.status, 1, "exit %d:\n%s", r.status, r.err);
+	snprintf(line, sizeof line, "rank 1 (pid %ld) was killed by signal "
+		 "9", (long)pids[1]);
+	cr_assert_not_null(strstr(r.err, line), "%s", r.err);
+	cr_assert_not_null(strstr(r.err, "4 of 4 ranks exited with an "
+				  "error"), "%s", r.err);
+	cr_assert_null(strstr(r.err, "did not exit in time"), "%s", r.err);
+	/* Every survivor names the dead rank: it lost it, or heard from the
+	 * rank that did. */
+	for (q = 0; q < 4; q++) {
+		if (q == 1)
+			continue;
+		cr_assert_not_null(rank_line(r.err, q, line, sizeof line),
+				   "no message of rank %u:\n%s", q, r.err);
+		cr_assert(strstr(line, "with rank 1:") ||
+				  strstr(line, "lost rank 1 "),
+			  "rank %u does not name rank 1: %s", q, line);
+	}
+	assert_clean(pids, 4);
+	run_done(&r);
+}
+
+Test(train_mp, sigkill_shm_stops_every_rank, .timeout = 120)
+{
+	sigkill("shm");
+}
+
+Test(train_mp, sigkill_ucx_stops_every_rank, .timeout = 120)
+{
+#if !defined(DPL_TEST_HAVE_UCX)
+	cr_skip_test("dpl was built without the UCX transport");
+#endif
+	sigkill("ucx");
+}
+
+Test(train_mp, sigkill_ofi_stops_every_rank, .timeout = 120)
+{
+#if !defined(DPL_TEST_HAVE_OFI)
+	cr_skip_test("dpl was built without the libfabric transport");
+#endif
+	sigkill("ofi");
+}
+
+/* A port p on 127.0.0.1 with p + 1 free too (dpl listens on
+ * MASTER_PORT + 1 under torchrun's variables). */
+static unsigned free_port_pair(void)
+{
+	struct sockaddr_in a;
+	socklen_t len = sizeof a;
+	int fd = socket(AF_INET, SOCK_STREAM, 0);
+
+	memset(&a, 0, sizeof a);
+	a.sin_family = AF_INET;
+	a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	cr_assert_eq(bind(fd, (struct sockaddr *)&a, sizeof a), 0);
+	cr_assert_eq(getsockname(fd, (struct sockaddr *)&a, &len), 0);
+	close(fd);
+	return ntohs(a.sin_port) - 1u;
+}
+
+Test(train_mp, joins_as_the_rank_a_launcher_gives, .timeout = 120)
+{
+	char want[24], port[32], rank[2][16];
+	const char *env[2][8];
+	struct run r[2];
+	cJSON *j, *d;
+	int q;
+
+	digest_of("train --stages 2 --iterations 4 --json --check", "inproc",
+		  want, 0);
+	snprintf(port, sizeof port, "MASTER_PORT=%u", free_port_pair());
+	for (q = 0; q < 2; q++) {
+		snprintf(rank[q], sizeof rank[q], "RANK=%d", q);
+		env[q][0] = rank[q];
+		env[q][1] = "WORLD_SIZE=2";
+		env[q][2] = "MASTER_ADDR=127.0.0.1";
+		env[q][3] = port;
+		env[q][4] = "DPL_RANK";
+		env[q][5] = "DPL_WORLD_SIZE";
+		env[q][6] = "DPL_ROOT"; /* torchrun's variables alone */
+		env[q][7] = NULL;
+	}
+	for (q = 0; q < 2; q++)
+		start(&r[q], "train --stages 2 --iterations 4 --json --check "
+		      "--transport shm --timeout 20", env[q]);
+	for (q = 0; q < 2; q++)
+		finish(&r[q], 60);
+	cr_assert_eq(r[0].status, 0, "%s", r[0].err);
+	cr_assert_eq(r[1].status, 0, "%s", r[1].err);
+	j = cJSON_Parse(r[0].out);
+	cr_assert_not_null(j, "%s", r[0].out);
+	d = cJSON_GetObjectItemCaseSensitive(j, "weights_digest");
+	cr_assert(cJSON_IsString(d));
+	cr_assert_str_eq(d->valuestring, want);
+	cJSON_Delete(j);
+	/* Only rank 0 reports. */
+	cr_assert_eq(r[1].out[0], '\0', "rank 1 printed: %s", r[1].out);
+	run_done(&r[0]);
+	run_done(&r[1]);
+}
+
+static void usage_error(const char *args, const char *const *env,
+			const char *needle)
+{
+	struct run r;
+
+	start(&r, args, env);
+	finish(&r, 30);
+	cr_assert_eq(r.status, 2, "dpl %s: exit %d", args, r.status);
+	cr_assert_not_null(strstr(r.err, needle), "dpl %s:\n%s", args, r.err);
+	cr_assert_eq(r.out[0], '\0');
+	run_done(&r);
+}
+
+Test(train_mp, world_must_match_the_layout, .timeout = 60)
+{
+	static const char *const env3[] = {"DPL_RANK=0", "DPL_WORLD_SIZE=3",
+					   "DPL_ROOT=127.0.0.1:1", NULL};
+	static const char *const bad[] = {"DPL_RANK=x", "DPL_WORLD_SIZE=2",
+					  NULL};
+	static const char *const out[] = {"DPL_RANK=2", "DPL_WORLD_SIZE=2",
+					  NULL};
+
+	usage_error("train --stages 3 --replicas 2,1,1 --nprocs 3 "
+		    "--transport shm", NULL,
+		    "--nprocs starts 3 ranks, but the layout has 4 (the sum "
+		    "of the replicas 2,1,1)");
+	usage_error("train --stages 4 --transport shm", env3,
+		    "the environment's world has 3 ranks, but the layout "
+		    "has 4");
+	usage_error("train --stages 2", bad, "DPL_RANK='x'");
+	usage_error("train --stages 2", out, "DPL_RANK=2 is outside");
+}
+
+Test(train_mp, bad_flags, .timeout = 60)
+{
+	usage_error("train --stages 2 --nprocs 2 --transport inproc", NULL,
+		    "--transport inproc runs the ranks as threads");
+	usage_error("train --stages 2 --nprocs 2 --transport tcp", NULL,
+		    "--transport: 'tcp' is not inproc, shm, ucx or ofi");
+	usage_error("train --stages 2 --transport shm", NULL,
+		    "give --nprocs 2");
+	usage_error("train --stages 2 --pid-dir /tmp", NULL,
+		    "--pid-dir applies to --nprocs only");
+	usage_error("train --stages 2 --nprocs 2 --trace /tmp/x.json", NULL,
+		    "--trace needs all ranks in one process");
+	usage_error("train --stages 2 --nprocs 0", NULL, "--nprocs");
+}
