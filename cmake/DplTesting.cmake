@@ -10,7 +10,7 @@ endfunction()
 function(dpl_add_test)
   cmake_parse_arguments(T "" "NAME;TIMEOUT" "SOURCES;LIBS" ${ARGN})
   add_executable(${T_NAME} ${T_SOURCES})
-  target_link_libraries(${T_NAME} PRIVATE ${T_LIBS} PkgConfig::CRITERION dpl_warnings)
+  target_link_libraries(${T_NAME} PRIVATE ${T_LIBS} PkgConfig::CRITERION $<BUILD_INTERFACE:dpl_warnings>)
   target_compile_definitions(${T_NAME} PRIVATE
     DPL_PROFILES_DIR="${DPL_PROFILES_DIR}"
     DPL_TEST_DATA_DIR="${CMAKE_CURRENT_SOURCE_DIR}/data"

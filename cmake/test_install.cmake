@@ -33,7 +33,13 @@ message(STATUS "find_package consumer: ${out}")
 find_program(PKG_CONFIG pkg-config REQUIRED)
 file(GLOB pcdir ${WORK_DIR}/prefix/lib*/pkgconfig ${WORK_DIR}/prefix/lib/*/pkgconfig)
 set(ENV{PKG_CONFIG_PATH} "${pcdir}")
-execute_process(COMMAND ${PKG_CONFIG} --cflags --libs dpl OUTPUT_VARIABLE flags
+# A static install is consumed with --static (Libs.private: -lm ...).
+file(GLOB _shared ${WORK_DIR}/prefix/lib*/libdpl.so ${WORK_DIR}/prefix/lib/*/libdpl.so)
+set(static_flag "")
+if(NOT _shared)
+  set(static_flag --static)
+endif()
+execute_process(COMMAND ${PKG_CONFIG} ${static_flag} --cflags --libs dpl OUTPUT_VARIABLE flags
                 RESULT_VARIABLE rc OUTPUT_STRIP_TRAILING_WHITESPACE)
 if(rc)
   message(FATAL_ERROR "pkg-config dpl failed")
