@@ -1,0 +1,298 @@
+/*
+ * ofi_internal.h - state and helpers shared by the files of the libfabric
+ * transport; not installed. Internal non-static names carry dpl__ofi_.
+ *
+ * Wire protocol (all on one FI_EP_RDM endpoint, FI_TAGGED, exact tags):
+ *
+ *  - The top four bits of the 64-bit fabric tag say what a message is
+ *    (OFI_TAG_*); the low 60 bits carry the caller's tag or a cookie.
+ *  - Every message on tag MSG|tag carries its length in the remote CQ
+ *    data (FI_REMOTE_CQ_DATA, 64 bits: length << 1 | request-to-send).
+ *  - A message of L bytes with L <= the inline limit travels as one fabric
+ *    message, the payload alone. The receiver posts a vector {its buffer,
+ *    sink} whose capacity always exceeds any inline message, so the
+ *    fabric never truncates; it compares L with its own length and
+ *    reports DPL_ETRUNC itself on a mismatch.
+ *  - A larger message first sends its 8-byte cookie (request to send).
+ *    The receiver answers with a fixed-size control message: CTS when the
+ *    lengths agree, after posting an exact receive on tag BULK|cookie, or
+ *    NACK when they do not (both sides then complete with DPL_ETRUNC and
+ *    the payload never moves). On CTS the sender posts the payload on tag
+ *    BULK|cookie.
+ *  - The inline limit is 64 MiB, except on shm, where it is the inject
+ *    size: there a send that needs the receiver must not be posted before
+ *    the receiver is known to be there (see ofi_fabric.c).
+ *  - Control messages (CTS, NACK) are 32 bytes on tag CTRL, received into
+ *    a small ring of preposted buffers from any source (a few only: every
+ *    incoming message is matched against the posted receives in order).
+ *  - Liveness does not use the fabric (see ofi_live.c).
+ */
+#ifndef DPL_OFI_INTERNAL_H
+#define DPL_OFI_INTERNAL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <rdma/fabric.h>
+#include <rdma/fi_domain.h>
+#include <rdma/fi_endpoint.h>
+
+#include <dpl/transport.h>
+
+#define OFI_TAG_MSG (UINT64_C(0) << 60)
+#define OFI_TAG_BULK (UINT64_C(1) << 60)
+#define OFI_TAG_CTRL (UINT64_C(2) << 60)
+#define OFI_TAG_WARM (UINT64_C(3) << 60)
+
+#define OFI_CTRL_MAGIC 0x64706c43u /* "dplC" */
+#define OFI_CTRL_CTS 1u
+#define OFI_CTRL_NACK 2u
+
+#define OFI_NCTRL 4          /* preposted control receives */
+#define OFI_MRC_SIZE 64      /* registration cache entries */
+#define OFI_SLOT_BITS 20     /* slot index bits in a cookie */
+#define OFI_NAME_MAX 256     /* fabric address bytes */
+
+/* Per slot: a sender's cookie for its request to send; on a receive
+ * shorter than a cookie, where the rest of a cookie lands. */
+struct ofi_hdr {
+	uint64_t len;
+	uint64_t cookie;
+};
+
+/* A control message (CTS or NACK), fixed size so it never truncates. */
+struct ofi_ctrl {
+	uint32_t magic;
+	uint32_t type;
+	uint32_t src;
+	uint32_t reserved;
+	uint64_t cookie;
+	uint64_t len;
+};
+
+/* Parsed "key=value,..." options of struct dpl_transport_params. */
+struct ofi_opts {
+	char provider[64];    /* "" = FI_PROVIDER or dpl's choice */
+	char iface[64];       /* domain name, "" = from node */
+	char node[64];        /* source address, "" = dpl's choice */
+	uint32_t liveness_ms; /* 0 = from params */
+	uint64_t inline_max;  /* largest message sent in one piece */
+	bool inline_set;      /* inline_max came from the options */
+	uint32_t slots;       /* operation slots */
+	bool mr_always;       /* register even when the provider does not ask */
+	bool mr_cache;        /* keep registrations for reuse */
+	bool warmup;          /* connect to every peer during init */
+};
+
+/* Where a registration came from, held by the slot that uses it. */
+struct ofi_mrref {
+	struct fid_mr *mr; /* set when this slot owns an uncached one */
+	int32_t idx;       /* cache entry, or -1 */
+};
+
+struct ofi_mrc_entry {
+	uintptr_t base;
+	size_t len;
+	struct fid_mr *mr;
+	uint32_t refs;
+	uint64_t used;
+};
+
+struct ofi_mrc {
+	struct ofi_mrc_entry e[OFI_MRC_SIZE];
+	uint32_t n;
+	uint64_t clock;
+	uint64_t next_key;
+};
+
+/* Slot states. */
+enum {
+	OP_FREE = 0,
+	OP_R_HDR,       /* receive: vector posted on MSG|tag */
+	OP_R_BULK_WAIT, /* receive: bulk receive to post (fabric was busy) */
+	OP_R_BULK,      /* receive: bulk receive posted, CTS sent or queued */
+	OP_S_MSG,       /* send: inline message posted */
+	OP_S_RTS,       /* send: header sent, waiting for CTS or NACK */
+	OP_S_BULK_WAIT, /* send: bulk to post (fabric was busy) */
+	OP_S_BULK,      /* send: bulk posted */
+	OP_DEAD_WAIT    /* was waiting to post; its request ended */
+};
+
+struct ofi_req;
+
+/*
+ * One operation slot, owned by the context. A request uses one slot for
+ * its whole life; the slot outlives the request when the fabric still
+ * holds one of its contexts (a request ended early by peer failure).
+ */
+struct ofi_op {
+	struct fi_context2 fc[2]; /* [0] message/header, [1] bulk */
+	struct ofi_hdr hdr;       /* cookie sent, or spill of one received */
+	struct ofi_req *req;      /* request, NULL once it completed */
+	void *buf;
+	size_t len;
+	uint64_t tag;     /* the caller's tag */
+	uint64_t doom_at; /* when peer failure cancelled it (ns) */
+	struct ofi_mrref mr;
+	uint32_t peer;
+	uint32_t gen;     /* bumped at each use; part of the cookie */
+	uint32_t next;    /* free list / wait list link (index + 1) */
+	uint8_t state;
+	uint8_t busy;     /* fabric operations outstanding */
+	uint8_t cancelling;
+	uint8_t waiting;  /* on the wait list */
+	uint8_t send;
+	int doom;         /* result forced at completion, 0 = none */
+};
+
+/* The caller's request storage (req_size bytes). */
+struct ofi_req {
+	int status;    /* DPL_EAGAIN while pending */
+	uint32_t slot; /* slot index + 1 while pending */
+};
+
+struct ofi_ctrl_slot {
+	struct fi_context2 fc;
+	struct ofi_ctrl m;
+	bool posted;
+};
+
+struct ofi_ctrl_out {
+	uint32_t peer;
+	struct ofi_ctrl m;
+};
+
+/*
+ * A peer that crashed is failed after a short grace (messages it sent
+ * that are already here still get matched). A peer that closed (BYE)
+ * told how many messages it completed to us: receives go on until that
+ * many matched, or until none matched for a while; sends fail at once.
+ */
+struct ofi_peer {
+	fi_addr_t addr;
+	uint64_t sent;     /* messages completed to it */
+	uint64_t recvd;    /* messages from it matched */
+	uint64_t bye_n;    /* its count, when closing */
+	uint64_t since;    /* ns: noticed dying / last match while closing */
+	bool dead;         /* failure processed: posts fail */
+	bool dying;        /* crash noticed, grace running */
+	bool closing;      /* BYE received, draining */
+};
+
+struct ofi_live;
+
+struct ofi_ctx {
+	uint32_t rank;
+	uint32_t n;
+	struct ofi_opts o;
+	uint32_t liveness_ms;
+
+	struct fi_info *info;
+	struct fid_fabric *fabric;
+	struct fid_domain *domain;
+	struct fid_ep *ep;
+	struct fid_cq *cq;
+	struct fid_av *av;
+	char prov[64];                 /* provider name as chosen */
+	char local[OFI_NAME_MAX + 32]; /* local address, printable */
+	char shm_name[128];            /* our /dev/shm file, "" if none */
+	uint8_t name[OFI_NAME_MAX];    /* fi_getname */
+	size_t namelen;
+	size_t inject; /* largest inject */
+	bool mr_local; /* every local buffer needs a descriptor */
+	bool mr_ep;    /* registrations are bound to the endpoint */
+
+	struct ofi_peer *peer; /* [n] */
+	uint64_t *sent;        /* [n] copy of peer[].sent for the BYEs */
+	uint32_t ndying;
+	uint32_t nclosing;
+
+	struct ofi_op *op; /* [nop] */
+	uint32_t nop;
+	uint32_t free_head; /* index + 1 */
+	uint32_t wait_head, wait_tail;
+	uint32_t ndoomed;
+	struct fid_mr *op_mr;
+
+	struct ofi_ctrl_slot *ctrl; /* [OFI_NCTRL] */
+	struct fid_mr *ctrl_mr;
+	uint32_t ctrl_unposted;
+	struct ofi_ctrl_out *out; /* ring of control messages to send */
+	uint32_t out_cap, out_head, out_len;
+
+	void *sink; /* overflow of mismatched inline messages */
+	size_t sink_len;
+	struct fid_mr *sink_mr;
+
+	uint64_t *warm;             /* [n] warm-up receive buffers */
+	struct fi_context2 *warm_fc; /* [n] */
+	struct fid_mr *warm_mr;
+	uint32_t warm_left;
+
+	struct ofi_mrc mrc;
+	struct ofi_live *live;
+	unsigned live_seen;
+	int reported; /* completions not yet returned by progress */
+	bool broken;
+};
+
+/* Options (ofi_opts.c). */
+int dpl__ofi_opts_parse(const char *s, struct ofi_opts *o);
+
+/* Fabric objects (ofi_fabric.c). */
+int dpl__ofi_fabric_open(struct ofi_ctx *c, const char *prov,
+			 const char *node, const char *iface);
+void dpl__ofi_fabric_close(struct ofi_ctx *c);
+bool dpl__ofi_is_sockets(const char *prov);
+int dpl__ofi_err(int fi_err);
+bool dpl__ofi_err_is_peer(int fi_err);
+
+/* Stale shared-memory files of dead processes (ofi_shm.c). */
+int dpl__ofi_shm_sweep(const char *dir);
+void dpl__ofi_shm_unlink(const char *name);
+
+/* Memory registration (ofi_mr.c). */
+int dpl__ofi_mr_reg(struct ofi_ctx *c, const void *buf, size_t len,
+		    struct fid_mr **out);
+int dpl__ofi_mr_get(struct ofi_ctx *c, const void *buf, size_t len,
+		    struct ofi_mrref *ref, void **desc);
+void dpl__ofi_mr_put(struct ofi_ctx *c, struct ofi_mrref *ref);
+void dpl__ofi_mr_clear(struct ofi_ctx *c);
+
+/* Liveness (ofi_live.c). */
+struct ofi_live_peer {
+	uint32_t ip;   /* IPv4, network order */
+	uint16_t port; /* network order */
+	int32_t pid;   /* > 0 when on this host and pid namespace */
+};
+int dpl__ofi_live_open(uint32_t ip, struct ofi_live **out, uint16_t *port);
+int dpl__ofi_live_start(struct ofi_live *l, uint32_t rank, uint32_t n,
+			const struct ofi_live_peer *peers, uint64_t nonce,
+			uint32_t timeout_ms);
+unsigned dpl__ofi_live_gen(struct ofi_live *l);
+/* Whether peer died; *bye is the count of its BYE, UINT64_MAX if none. */
+bool dpl__ofi_live_dead(struct ofi_live *l, uint32_t peer, uint64_t *bye);
+/* Stop: BYE carries sent[r] to each rank r (NULL: no counts). */
+void dpl__ofi_live_close(struct ofi_live *l, const uint64_t *sent);
+
+/* Data path (ofi_data.c). */
+int dpl__ofi_data_init(struct ofi_ctx *c);
+void dpl__ofi_data_fini(struct ofi_ctx *c);
+int dpl__ofi_progress(struct ofi_ctx *c);
+int dpl__ofi_isend(struct ofi_ctx *c, struct ofi_req *r, uint32_t peer,
+		   uint64_t tag, const void *buf, size_t len);
+int dpl__ofi_irecv(struct ofi_ctx *c, struct ofi_req *r, uint32_t peer,
+		   uint64_t tag, void *buf, size_t len);
+int dpl__ofi_cancel(struct ofi_ctx *c, struct ofi_req *r);
+int dpl__ofi_warmup(struct ofi_ctx *c, uint64_t deadline_ns);
+
+/* Monotonic clock in nanoseconds. */
+uint64_t dpl__ofi_now(void);
+
+/* For the module's tests: the endpoint's address as text ("127.0.0.1:PORT"
+ * or "fi_shm://PID:UID:IDX") and the provider chosen. */
+const char *dpl__ofi_local_address(void *ctx);
+const char *dpl__ofi_provider(void *ctx);
+
+#endif /* DPL_OFI_INTERNAL_H */

@@ -1,0 +1,779 @@
+/*
+ * test_ofi_msg.c - messages through the libfabric transport, each case
+ * over tcp;ofi_rxm and over shm: sizes across the protocol thresholds
+ * (rxm inject 64 B, eager 16 KiB and SAR 128 KiB, shm inject 4 KiB, dpl's
+ * 8-byte cookie and its inline limit) on the expected and unexpected
+ * paths, both sent in one piece and by request to send, unaligned buffers, exact source and tag matching, ordering,
+ * truncation in both directions with the endpoint usable afterwards,
+ * cancel, back-pressure and bidirectional large sends.
+ */
+#include <criterion/criterion.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ofi_harness.h"
+
+#define OFI_TEST(name, secs)                                                  \
+	static void name##_run(const char *prov);                             \
+	Test(ofi_tcp, name, .timeout = (secs))                                \
+	{                                                                     \
+		name##_run("tcp;ofi_rxm");                                    \
+	}                                                                     \
+	Test(ofi_shm, name, .timeout = (secs))                                \
+	{                                                                     \
+		name##_run("shm");                                            \
+	}                                                                     \
+	static void name##_run(const char *prov)
+
+#define MiB ((size_t)1 << 20)
+#define SYNC_TAG 1u
+#define GUARD 64
+
+static void run_job(const char *prov, uint32_t n, h_rank_fn fn,
+		    const void *arg, const char *opts)
+{
+	struct h_job j;
+	char buf[4000];
+	int rc;
+
+	memset(&j, 0, sizeof j);
+	j.provider = prov;
+	j.options = opts;
+	j.n = n;
+	j.fn = fn;
+	j.arg = arg;
+	rc = h_job_run(&j);
+	cr_assert_eq(rc, 0, "%s: %s", prov, h_job_report(&j, buf, sizeof buf));
+	h_job_free(&j);
+}
+
+static const size_t sizes[] = {
+	0, 1, 7, 8, 9, 63, 64, 65, 4095, 4096, 4097,
+	16383, 16384, 16385, 65536, 131071, 131072, 131073, MiB,
+	4 * MiB - 1, 4 * MiB, 4 * MiB + 1, 16 * MiB};
+#define NSIZES (sizeof sizes / sizeof sizes[0])
+
+/* Receive posted first: the message always finds its receive. */
+static int sizes_expected(struct h_rank *r)
+{
+	uint8_t *buf = malloc(16 * MiB + GUARD), ready = 1;
+	size_t i, bad;
+	int rc;
+
+	CHECK(r, buf != NULL, "malloc");
+	for (i = 0; i < NSIZES; i++) {
+		size_t len = sizes[i];
+		uint64_t tag = 100 + i;
+
+		if (r->rank == 1) {
+			void *q = h_req(r);
+
+			memset(buf, 0xee, len + GUARD);
+			rc = r->o->irecv(r->ctx, q, 0, tag, buf, len,
+					 DPL_MEM_HOST);
+			CHECK(r, rc == 0, "irecv %zu: %s", len, dpl_err_name(rc));
+			rc = h_send(r, 0, SYNC_TAG, &ready, 1);
+			CHECK(r, rc == 0, "sync: %s", dpl_err_name(rc));
+			rc = h_wait(r, q, 20000);
+			CHECK(r, rc == 0, "receive of %zu bytes: %s", len,
+			      dpl_err_name(rc));
+			bad = h_check(buf, len, (uint32_t)i);
+			CHECK(r, bad == SIZE_MAX, "%zu bytes: byte %zu wrong", len,
+			      bad);
+			CHECK(r, buf[len] == 0xee && buf[len + GUARD - 1] == 0xee,
+			      "%zu bytes: wrote past the buffer", len);
+			free(q);
+		} else {
+			rc = h_recv(r, 1, SYNC_TAG, &ready, 1);
+			CHECK(r, rc == 0, "sync: %s", dpl_err_name(rc));
+			h_fill(buf, len, (uint32_t)i);
+			rc = h_send(r, 1, tag, buf, len);
+			CHECK(r, rc == 0, "send of %zu bytes: %s", len,
+			      dpl_err_name(rc));
+		}
+	}
+	free(buf);
+	return 0;
+}
+
+/* Both ways of sending: by default tcp sends every size here in one piece
+ * and shm asks first above its inject size (4 KiB); the second run swaps
+ * them (tcp asks first above 64 KiB, shm sends up to 64 MiB in one
+ * piece). */
+static const char *other_way(const char *prov)
+{
+	return strcmp(prov, "shm") == 0 ? "inline_max=67108864"
+					: "inline_max=65536";
+}
+
+OFI_TEST(sizes_expected, 120)
+{
+	run_job(prov, 2, sizes_expected, NULL, NULL);
+	run_job(prov, 2, sizes_expected, NULL, other_way(prov));
+}
+
+/* Every message sent before any receive is posted; receives then go in
+ * reverse order of sizes. */
+static int sizes_unexpected(struct h_rank *r)
+{
+	uint8_t *buf[NSIZES], note = 7;
+	void *q[NSIZES];
+	size_t i, bad;
+	int rc;
+
+	for (i = 0; i < NSIZES; i++) {
+		buf[i] = malloc(sizes[i] + GUARD);
+		q[i] = h_req(r);
+		CHECK(r, buf[i] != NULL && q[i] != NULL, "malloc");
+	}
+	if (r->rank == 0) {
+		for (i = 0; i < NSIZES; i++) {
+			h_fill(buf[i], sizes[i], (uint32_t)i + 1000);
+			while ((rc = r->o->isend(r->ctx, q[i], 1, 200 + i, buf[i],
+						 sizes[i], DPL_MEM_HOST)) ==
+			       DPL_EAGAIN)
+				r->o->progress(r->ctx);
+			CHECK(r, rc == 0, "isend %zu: %s", sizes[i],
+			      dpl_err_name(rc));
+		}
+		rc = h_send(r, 1, SYNC_TAG, &note, 1);
+		CHECK(r, rc == 0, "note: %s", dpl_err_name(rc));
+		rc = h_wait_all(r, q, NSIZES, 30000);
+		CHECK(r, rc == 0, "sends: %s", dpl_err_name(rc));
+	} else {
+		rc = h_recv(r, 0, SYNC_TAG, &note, 1);
+		CHECK(r, rc == 0, "note: %s", dpl_err_name(rc));
+		h_spin(r, 30);
+		for (i = NSIZES; i-- > 0;) {
+			memset(buf[i], 0xee, sizes[i] + GUARD);
+			rc = r->o->irecv(r->ctx, q[i], 0, 200 + i, buf[i],
+					 sizes[i], DPL_MEM_HOST);
+			CHECK(r, rc == 0, "irecv %zu: %s", sizes[i],
+			      dpl_err_name(rc));
+		}
+		rc = h_wait_all(r, q, NSIZES, 30000);
+		CHECK(r, rc == 0, "receives: %s", dpl_err_name(rc));
+		for (i = 0; i < NSIZES; i++) {
+			bad = h_check(buf[i], sizes[i], (uint32_t)i + 1000);
+			CHECK(r, bad == SIZE_MAX, "%zu bytes: byte %zu wrong",
+			      sizes[i], bad);
+			CHECK(r, buf[i][sizes[i]] == 0xee,
+			      "%zu bytes: wrote past the buffer", sizes[i]);
+		}
+	}
+	for (i = 0; i < NSIZES; i++) {
+		free(buf[i]);
+		free(q[i]);
+	}
+	return 0;
+}
+
+OFI_TEST(sizes_unexpected, 120)
+{
+	run_job(prov, 2, sizes_unexpected, NULL, NULL);
+	run_job(prov, 2, sizes_unexpected, NULL, other_way(prov));
+}
+
+/* Source and destination at every offset 0..7 from alignment. With the
+ * inline limit lowered to 64 KiB the largest size takes the
+ * request-to-send path. */
+static const size_t usizes[] = {1, 13, 4097, 16385, 70001};
+#define NUS (sizeof usizes / sizeof usizes[0])
+
+static int unaligned(struct h_rank *r)
+{
+	uint8_t *base[8 * NUS];
+	void *q[8 * NUS];
+	uint8_t ready = 1;
+	size_t i, k, bad, n = 8 * NUS;
+	int rc;
+
+	for (i = 0; i < n; i++) {
+		base[i] = malloc(usizes[i % NUS] + 16 + GUARD);
+		q[i] = h_req(r);
+		CHECK(r, base[i] != NULL && q[i] != NULL, "malloc");
+	}
+	for (i = 0; i < n; i++) {
+		size_t len = usizes[i % NUS], off = i / NUS;
+		size_t doff = (off * 3 + 1) % 8;
+
+		if (r->rank == 1) {
+			memset(base[i], 0xee, len + 16 + GUARD);
+			rc = r->o->irecv(r->ctx, q[i], 0, 300 + i,
+					 base[i] + doff, len, DPL_MEM_HOST);
+		} else {
+			h_fill(base[i] + off, len, (uint32_t)i);
+			continue;
+		}
+		CHECK(r, rc == 0, "irecv: %s", dpl_err_name(rc));
+	}
+	if (r->rank == 1) {
+		rc = h_send(r, 0, SYNC_TAG, &ready, 1);
+		CHECK(r, rc == 0, "sync: %s", dpl_err_name(rc));
+	} else {
+		rc = h_recv(r, 1, SYNC_TAG, &ready, 1);
+		CHECK(r, rc == 0, "sync: %s", dpl_err_name(rc));
+		for (i = 0; i < n; i++) {
+			size_t off = i / NUS;
+
+			while ((rc = r->o->isend(r->ctx, q[i], 1, 300 + i,
+						 base[i] + off, usizes[i % NUS],
+						 DPL_MEM_HOST)) == DPL_EAGAIN)
+				r->o->progress(r->ctx);
+			CHECK(r, rc == 0, "isend: %s", dpl_err_name(rc));
+		}
+	}
+	rc = h_wait_all(r, q, (uint32_t)n, 30000);
+	CHECK(r, rc == 0, "wait: %s", dpl_err_name(rc));
+	if (r->rank == 1)
+		for (i = 0; i < n; i++) {
+			size_t len = usizes[i % NUS], off = i / NUS;
+			size_t doff = (off * 3 + 1) % 8;
+
+			bad = h_check(base[i] + doff, len, (uint32_t)i);
+			CHECK(r, bad == SIZE_MAX,
+			      "%zu bytes at offset %zu (from %zu): byte %zu wrong",
+			      len, doff, off, bad);
+			for (k = 0; k < doff; k++)
+				CHECK(r, base[i][k] == 0xee,
+				      "wrote before the buffer");
+			CHECK(r, base[i][doff + len] == 0xee,
+			      "wrote past the buffer");
+		}
+	for (i = 0; i < n; i++) {
+		free(base[i]);
+		free(q[i]);
+	}
+	return 0;
+}
+
+OFI_TEST(unaligned, 60)
+{
+	run_job(prov, 2, unaligned, NULL, "inline_max=65536");
+}
+
+/* 1000 messages of mixed small sizes on one tag arrive in order; half of
+ * the receives are posted before the sends, half after. */
+#define NORD 1000
+static size_t ord_len(size_t i)
+{
+	return 8 + (i * 37) % 200;
+}
+
+static int order_1000(struct h_rank *r)
+{
+	uint8_t (*buf)[256] = malloc(NORD * sizeof *buf), ready = 1;
+	void **q = calloc(NORD, sizeof *q);
+	size_t i, bad;
+	int rc;
+
+	CHECK(r, buf != NULL && q != NULL, "malloc");
+	for (i = 0; i < NORD; i++) {
+		q[i] = h_req(r);
+		CHECK(r, q[i] != NULL, "malloc");
+	}
+	if (r->rank == 1) {
+		for (i = 0; i < NORD / 2; i++) {
+			rc = r->o->irecv(r->ctx, q[i], 0, 5, buf[i], ord_len(i),
+					 DPL_MEM_HOST);
+			CHECK(r, rc == 0, "irecv %zu: %s", i, dpl_err_name(rc));
+		}
+		rc = h_send(r, 0, SYNC_TAG, &ready, 1);
+		CHECK(r, rc == 0, "sync: %s", dpl_err_name(rc));
+		h_spin(r, 20);
+		for (; i < NORD; i++) {
+			while ((rc = r->o->irecv(r->ctx, q[i], 0, 5, buf[i],
+						 ord_len(i), DPL_MEM_HOST)) ==
+			       DPL_EAGAIN)
+				r->o->progress(r->ctx);
+			CHECK(r, rc == 0, "irecv %zu: %s", i, dpl_err_name(rc));
+		}
+		rc = h_wait_all(r, q, NORD, 30000);
+		CHECK(r, rc == 0, "receives: %s", dpl_err_name(rc));
+		for (i = 0; i < NORD; i++) {
+			bad = h_check(buf[i], ord_len(i), (uint32_t)i);
+			CHECK(r, bad == SIZE_MAX,
+			      "message %zu: byte %zu wrong (out of order?)", i,
+			      bad);
+		}
+	} else {
+		rc = h_recv(r, 1, SYNC_TAG, &ready, 1);
+		CHECK(r, rc == 0, "sync: %s", dpl_err_name(rc));
+		for (i = 0; i < NORD; i++) {
+			h_fill(buf[i], ord_len(i), (uint32_t)i);
+			while ((rc = r->o->isend(r->ctx, q[i], 1, 5, buf[i],
+						 ord_len(i), DPL_MEM_HOST)) ==
+			       DPL_EAGAIN)
+				r->o->progress(r->ctx);
+			CHECK(r, rc == 0, "isend %zu: %s", i, dpl_err_name(rc));
+		}
+		rc = h_wait_all(r, q, NORD, 30000);
+		CHECK(r, rc == 0, "sends: %s", dpl_err_name(rc));
+	}
+	for (i = 0; i < NORD; i++)
+		free(q[i]);
+	free(q);
+	free(buf);
+	return 0;
+}
+
+OFI_TEST(order_1000, 60)
+{
+	run_job(prov, 2, order_1000, NULL, NULL);
+}
+
+/* A large message followed by a small one on the same tag: the small one
+ * must not take the large one's receive, on both paths, for a large
+ * message sent inline (1 MiB) and one sent by request to send (16 MiB). */
+static int large_then_small(struct h_rank *r)
+{
+	static const size_t big[2] = {MiB, 16 * MiB};
+	uint8_t *b = malloc(16 * MiB), s[8], note = 1;
+	void *q[2] = {h_req(r), h_req(r)};
+	size_t bad;
+	int rc, path, k;
+
+	CHECK(r, b != NULL && q[0] && q[1], "malloc");
+	for (k = 0; k < 2; k++)
+		for (path = 0; path < 2; path++) {
+			uint64_t tag = 40 + (uint64_t)(k * 2 + path);
+			uint32_t seed = (uint32_t)(k * 2 + path);
+
+			if (r->rank == 1) {
+				if (path == 1) {
+					rc = h_recv(r, 0, SYNC_TAG, &note, 1);
+					CHECK(r, rc == 0, "note");
+					h_spin(r, 20);
+				}
+				memset(b, 0, big[k]);
+				memset(s, 0, sizeof s);
+				rc = r->o->irecv(r->ctx, q[0], 0, tag, b, big[k],
+						 DPL_MEM_HOST);
+				CHECK(r, rc == 0, "irecv big: %s", dpl_err_name(rc));
+				rc = r->o->irecv(r->ctx, q[1], 0, tag, s, sizeof s,
+						 DPL_MEM_HOST);
+				CHECK(r, rc == 0, "irecv small: %s",
+				      dpl_err_name(rc));
+				if (path == 0) {
+					rc = h_send(r, 0, SYNC_TAG, &note, 1);
+					CHECK(r, rc == 0, "sync");
+				}
+				rc = h_wait_all(r, q, 2, 30000);
+				CHECK(r, rc == 0, "%zu then 8 bytes, %s path: %s",
+				      big[k], path ? "unexpected" : "expected",
+				      dpl_err_name(rc));
+				bad = h_check(b, big[k], seed);
+				CHECK(r, bad == SIZE_MAX, "large: byte %zu", bad);
+				bad = h_check(s, sizeof s, seed + 100);
+				CHECK(r, bad == SIZE_MAX, "small: byte %zu", bad);
+			} else {
+				if (path == 0) {
+					rc = h_recv(r, 1, SYNC_TAG, &note, 1);
+					CHECK(r, rc == 0, "sync");
+				}
+				h_fill(b, big[k], seed);
+				h_fill(s, sizeof s, seed + 100);
+				rc = r->o->isend(r->ctx, q[0], 1, tag, b, big[k],
+						 DPL_MEM_HOST);
+				CHECK(r, rc == 0, "isend big: %s", dpl_err_name(rc));
+				rc = r->o->isend(r->ctx, q[1], 1, tag, s, sizeof s,
+						 DPL_MEM_HOST);
+				CHECK(r, rc == 0, "isend small: %s",
+				      dpl_err_name(rc));
+				if (path == 1) {
+					rc = h_send(r, 1, SYNC_TAG, &note, 1);
+					CHECK(r, rc == 0, "note");
+				}
+				rc = h_wait_all(r, q, 2, 30000);
+				CHECK(r, rc == 0, "sends: %s", dpl_err_name(rc));
+			}
+		}
+	free(b);
+	free(q[0]);
+	free(q[1]);
+	return 0;
+}
+
+OFI_TEST(large_then_small, 60)
+{
+	run_job(prov, 2, large_then_small, NULL, NULL);
+}
+
+/* Interleaved tags and two senders: each receive gets exactly the
+ * message of its source and tag. */
+static int exact_match(struct h_rank *r)
+{
+	uint8_t m[4][32], note = 1;
+	void *q[4];
+	size_t bad;
+	int rc, i;
+
+	for (i = 0; i < 4; i++)
+		q[i] = h_req(r);
+	if (r->rank == 0) {
+		/* from 2 tag 9, from 1 tag 9, from 1 tag 8, from 2 tag 8 */
+		static const uint32_t src[4] = {2, 1, 1, 2};
+		static const uint64_t tag[4] = {9, 9, 8, 8};
+
+		for (i = 0; i < 4; i++) {
+			rc = r->o->irecv(r->ctx, q[i], src[i], tag[i], m[i], 32,
+					 DPL_MEM_HOST);
+			CHECK(r, rc == 0, "irecv: %s", dpl_err_name(rc));
+		}
+		rc = h_send(r, 1, SYNC_TAG, &note, 1);
+		CHECK(r, rc == 0, "sync 1");
+		rc = h_send(r, 2, SYNC_TAG, &note, 1);
+		CHECK(r, rc == 0, "sync 2");
+		rc = h_wait_all(r, q, 4, 20000);
+		CHECK(r, rc == 0, "receives: %s", dpl_err_name(rc));
+		for (i = 0; i < 4; i++) {
+			bad = h_check(m[i], 32, src[i] * 100 + (uint32_t)tag[i]);
+			CHECK(r, bad == SIZE_MAX,
+			      "receive from %u tag %llu got another message",
+			      src[i], (unsigned long long)tag[i]);
+		}
+	} else {
+		rc = h_recv(r, 0, SYNC_TAG, &note, 1);
+		CHECK(r, rc == 0, "sync");
+		/* tag 8 first, then 9 */
+		h_fill(m[0], 32, r->rank * 100 + 8);
+		h_fill(m[1], 32, r->rank * 100 + 9);
+		rc = h_send(r, 0, 8, m[0], 32);
+		CHECK(r, rc == 0, "send 8: %s", dpl_err_name(rc));
+		rc = h_send(r, 0, 9, m[1], 32);
+		CHECK(r, rc == 0, "send 9: %s", dpl_err_name(rc));
+	}
+	for (i = 0; i < 4; i++)
+		free(q[i]);
+	return 0;
+}
+
+OFI_TEST(exact_source_and_tag, 60)
+{
+	run_job(prov, 3, exact_match, NULL, NULL);
+}
+
+/* Length mismatches: the receive completes with DPL_ETRUNC, never writes
+ * past its buffer, and the next message on the same tag arrives intact.
+ * must: the sender must report DPL_ETRUNC too (request-to-send path, with
+ * the inline limit at 4 MiB). */
+struct trunc_case {
+	size_t send, recv;
+	bool must;
+};
+static const struct trunc_case tcases[] = {
+	{4096, 16, false}, {16, 4096, false}, {0, 8, false},
+	{8, 0, false},     {256 * 1024, 16, false},
+	{MiB, 8 * MiB, false}, {8 * MiB, MiB, true},
+	{5 * MiB, 6 * MiB, true}, {6 * MiB, 5 * MiB, true},
+	{6 * MiB, 3, true}, {5 * MiB, 0, true}};
+#define NTC (sizeof tcases / sizeof tcases[0])
+
+static bool relax; /* set in the rank process: senders may say 0 */
+
+static int truncation(struct h_rank *r)
+{
+	uint8_t *b = malloc(8 * MiB + GUARD), after[32], note = 1;
+	void *q = h_req(r), *q2 = h_req(r);
+	size_t i, k, bad;
+	int rc, path;
+
+	CHECK(r, b != NULL && q && q2, "malloc");
+	for (path = 0; path < 2; path++)
+		for (i = 0; i < NTC; i++) {
+			const struct trunc_case *t = &tcases[i];
+			uint64_t tag = 500 + i * 2 + (uint64_t)path;
+
+			if (r->rank == 1) {
+				if (path == 1) {
+					rc = h_recv(r, 0, SYNC_TAG, &note, 1);
+					CHECK(r, rc == 0, "note");
+					h_spin(r, 20);
+				}
+				memset(b, 0xee, t->recv + GUARD);
+				rc = r->o->irecv(r->ctx, q, 0, tag, b, t->recv,
+						 DPL_MEM_HOST);
+				CHECK(r, rc == 0, "irecv: %s", dpl_err_name(rc));
+				if (path == 0) {
+					rc = h_send(r, 0, SYNC_TAG, &note, 1);
+					CHECK(r, rc == 0, "sync");
+				}
+				rc = h_wait(r, q, 20000);
+				CHECK(r, rc == DPL_ETRUNC,
+				      "%zu bytes into %zu (%s): %s", t->send,
+				      t->recv, path ? "unexpected" : "expected",
+				      dpl_err_name(rc));
+				for (k = 0; k < GUARD; k++)
+					CHECK(r, b[t->recv + k] == 0xee,
+					      "%zu into %zu: guard byte %zu "
+					      "overwritten", t->send, t->recv, k);
+				/* The endpoint still works on that tag. */
+				rc = h_recv(r, 0, tag, after, sizeof after);
+				CHECK(r, rc == 0, "after truncation: %s",
+				      dpl_err_name(rc));
+				bad = h_check(after, sizeof after, (uint32_t)tag);
+				CHECK(r, bad == SIZE_MAX, "after truncation: "
+				      "byte %zu", bad);
+			} else {
+				if (path == 0) {
+					rc = h_recv(r, 1, SYNC_TAG, &note, 1);
+					CHECK(r, rc == 0, "sync");
+				}
+				h_fill(b, t->send, 1);
+				rc = r->o->isend(r->ctx, q, 1, tag, b, t->send,
+						 DPL_MEM_HOST);
+				CHECK(r, rc == 0, "isend: %s", dpl_err_name(rc));
+				if (path == 1) {
+					rc = h_send(r, 1, SYNC_TAG, &note, 1);
+					CHECK(r, rc == 0, "note");
+				}
+				rc = h_wait(r, q, 20000);
+				CHECK(r, t->must && !relax
+						 ? rc == DPL_ETRUNC
+						 : (rc == 0 || rc == DPL_ETRUNC),
+				      "sender of %zu into %zu: %s", t->send,
+				      t->recv, dpl_err_name(rc));
+				h_fill(after, sizeof after, (uint32_t)tag);
+				rc = h_send(r, 1, tag, after, sizeof after);
+				CHECK(r, rc == 0, "send after truncation: %s",
+				      dpl_err_name(rc));
+			}
+		}
+	free(b);
+	free(q);
+	free(q2);
+	return 0;
+}
+
+/* The same cases with everything sent in one piece: the sender's result
+ * may be 0 or DPL_ETRUNC, the receiver's is DPL_ETRUNC. */
+static int truncation_inline(struct h_rank *r)
+{
+	relax = true;
+	return truncation(r);
+}
+
+OFI_TEST(truncation_both_ways, 120)
+{
+	/* 4 MiB inline limit: the cases marked `must` ask first. */
+	run_job(prov, 2, truncation, NULL, "inline_max=4194304");
+	/* Everything in one piece: the overflow goes to the sink. */
+	run_job(prov, 2, truncation_inline, NULL, "inline_max=67108864");
+}
+
+/* A posted receive is cancelled: DPL_ECANCELED, buffer untouched, and a
+ * later message on that tag goes to the next receive. Cancelling a
+ * completed request is DPL_EINVAL; a send cannot be cancelled, it
+ * completes. */
+static int cancel(struct h_rank *r)
+{
+	uint8_t b[4096], note = 1;
+	void *q = h_req(r);
+	size_t bad;
+	int rc;
+
+	if (r->rank == 1) {
+		h_fill(b, sizeof b, 77);
+		rc = r->o->irecv(r->ctx, q, 0, 11, b, sizeof b, DPL_MEM_HOST);
+		CHECK(r, rc == 0, "irecv: %s", dpl_err_name(rc));
+		rc = r->o->cancel(r->ctx, q);
+		CHECK(r, rc == 0, "cancel: %s", dpl_err_name(rc));
+		rc = h_wait(r, q, 10000);
+		CHECK(r, rc == DPL_ECANCELED, "cancelled receive: %s",
+		      dpl_err_name(rc));
+		bad = h_check(b, sizeof b, 77);
+		CHECK(r, bad == SIZE_MAX, "buffer touched at %zu", bad);
+		rc = r->o->cancel(r->ctx, q);
+		CHECK(r, rc == DPL_EINVAL, "cancel of a completed request: %s",
+		      dpl_err_name(rc));
+		rc = h_send(r, 0, SYNC_TAG, &note, 1);
+		CHECK(r, rc == 0, "sync");
+		rc = h_recv(r, 0, 11, b, sizeof b);
+		CHECK(r, rc == 0, "receive after cancel: %s", dpl_err_name(rc));
+		bad = h_check(b, sizeof b, 5);
+		CHECK(r, bad == SIZE_MAX, "byte %zu", bad);
+	} else {
+		rc = h_recv(r, 1, SYNC_TAG, &note, 1);
+		CHECK(r, rc == 0, "sync");
+		h_fill(b, sizeof b, 5);
+		rc = r->o->isend(r->ctx, q, 1, 11, b, sizeof b, DPL_MEM_HOST);
+		CHECK(r, rc == 0, "isend: %s", dpl_err_name(rc));
+		rc = r->o->cancel(r->ctx, q);
+		CHECK(r, rc == 0 || rc == DPL_EINVAL, "cancel send: %s",
+		      dpl_err_name(rc));
+		rc = h_wait(r, q, 10000);
+		CHECK(r, rc == 0, "send after cancel: %s", dpl_err_name(rc));
+	}
+	free(q);
+	return 0;
+}
+
+OFI_TEST(cancel_posted_receive, 60)
+{
+	run_job(prov, 2, cancel, NULL, NULL);
+}
+
+/* Back-pressure: 10000 sends of 4 KiB posted while the receiver does
+ * not progress. Posting must say DPL_EAGAIN at some point (and never
+ * crash); then the receiver drains and every message arrives in order. */
+#define NBP 10000
+#define BPLEN 4096
+
+static int backpressure(struct h_rank *r)
+{
+	uint8_t *b = malloc((size_t)NBP * BPLEN);
+	void **q = calloc(NBP, sizeof *q);
+	size_t i, bad;
+	long eagain = 0;
+	int rc;
+
+	CHECK(r, b != NULL && q != NULL, "malloc");
+	for (i = 0; i < NBP; i++) {
+		q[i] = h_req(r);
+		CHECK(r, q[i] != NULL, "malloc");
+	}
+	if (r->rank == 0) {
+		for (i = 0; i < NBP; i++) {
+			uint32_t seq = (uint32_t)i;
+
+			memset(b + i * BPLEN, (int)(i & 0xff), BPLEN);
+			memcpy(b + i * BPLEN, &seq, sizeof seq);
+			/* No progress of our own until the first refusal. */
+			while ((rc = r->o->isend(r->ctx, q[i], 1, 21,
+						 b + i * BPLEN, BPLEN,
+						 DPL_MEM_HOST)) == DPL_EAGAIN) {
+				if (eagain++ == 0)
+					atomic_store(&r->sh->flag[0], 1);
+				r->o->progress(r->ctx);
+			}
+			CHECK(r, rc == 0, "isend %zu: %s", i, dpl_err_name(rc));
+		}
+		atomic_store(&r->sh->flag[0], 1);
+		rc = h_wait_all(r, q, NBP, 60000);
+		CHECK(r, rc == 0, "sends: %s", dpl_err_name(rc));
+		snprintf(r->sh->note[0], H_MSG, "%ld", eagain);
+		CHECK(r, eagain > 0,
+		      "10000 sends to a receiver that does not progress never "
+		      "returned DPL_EAGAIN");
+	} else {
+		/* Sleep (no progress) until the sender is refused. */
+		CHECK(r, h_wait_flag(r->sh, 0, 1, 30000),
+		      "sender never refused nor finished");
+		for (i = 0; i < NBP; i++) {
+			uint32_t seq;
+
+			rc = h_recv(r, 0, 21, b, BPLEN);
+			CHECK(r, rc == 0, "receive %zu: %s", i,
+			      dpl_err_name(rc));
+			memcpy(&seq, b, sizeof seq);
+			CHECK(r, seq == i, "message %zu carried %u", i, seq);
+			for (bad = 4; bad < BPLEN; bad++)
+				CHECK(r, b[bad] == (uint8_t)(i & 0xff),
+				      "message %zu byte %zu", i, bad);
+		}
+	}
+	for (i = 0; i < NBP; i++)
+		free(q[i]);
+	free(q);
+	free(b);
+	return 0;
+}
+
+OFI_TEST(backpressure_then_drain, 120)
+{
+	run_job(prov, 2, backpressure, NULL, NULL);
+}
+
+/* Both ranks post 4 x 16 MiB sends before their receives. */
+static int bidir(struct h_rank *r)
+{
+	uint8_t *s[4], *d[4];
+	void *q[8];
+	uint32_t peer = 1 - r->rank;
+	size_t bad;
+	int rc, i;
+
+	for (i = 0; i < 4; i++) {
+		s[i] = malloc(16 * MiB);
+		d[i] = malloc(16 * MiB);
+		q[i] = h_req(r);
+		q[i + 4] = h_req(r);
+		CHECK(r, s[i] && d[i] && q[i] && q[i + 4], "malloc");
+		h_fill(s[i], 16 * MiB, r->rank * 10 + (uint32_t)i);
+	}
+	for (i = 0; i < 4; i++) {
+		rc = r->o->isend(r->ctx, q[i], peer, 60 + (uint64_t)i, s[i],
+				 16 * MiB, DPL_MEM_HOST);
+		CHECK(r, rc == 0, "isend %d: %s", i, dpl_err_name(rc));
+	}
+	for (i = 0; i < 4; i++) {
+		rc = r->o->irecv(r->ctx, q[i + 4], peer, 60 + (uint64_t)i, d[i],
+				 16 * MiB, DPL_MEM_HOST);
+		CHECK(r, rc == 0, "irecv %d: %s", i, dpl_err_name(rc));
+	}
+	rc = h_wait_all(r, q, 8, 60000);
+	CHECK(r, rc == 0, "wait: %s", dpl_err_name(rc));
+	for (i = 0; i < 4; i++) {
+		bad = h_check(d[i], 16 * MiB, peer * 10 + (uint32_t)i);
+		CHECK(r, bad == SIZE_MAX, "message %d byte %zu", i, bad);
+	}
+	for (i = 0; i < 4; i++) {
+		free(s[i]);
+		free(d[i]);
+		free(q[i]);
+		free(q[i + 4]);
+	}
+	return 0;
+}
+
+OFI_TEST(bidirectional_4x16MiB, 120)
+{
+	run_job(prov, 2, bidir, NULL, NULL);
+}
+
+/* With the inline limit at 4 KiB, 64 messages of 64 KiB in each direction
+ * all take the request-to-send path at once, many more than the control
+ * receives dpl keeps posted; half share one tag, half have their own. */
+#define NRTS 64
+static int many_rts(struct h_rank *r)
+{
+	uint8_t *s = malloc(NRTS * 65536), *d = malloc(NRTS * 65536);
+	void *q[2 * NRTS];
+	uint32_t peer = 1 - r->rank;
+	size_t bad;
+	int rc, i;
+
+	CHECK(r, s != NULL && d != NULL, "malloc");
+	for (i = 0; i < 2 * NRTS; i++) {
+		q[i] = h_req(r);
+		CHECK(r, q[i] != NULL, "malloc");
+	}
+	for (i = 0; i < NRTS; i++) {
+		uint64_t tag = i % 2 ? 70 : 100 + (uint64_t)i;
+
+		h_fill(s + (size_t)i * 65536, 65536, r->rank * 1000 + (uint32_t)i);
+		rc = r->o->isend(r->ctx, q[i], peer, tag, s + (size_t)i * 65536,
+				 65536, DPL_MEM_HOST);
+		CHECK(r, rc == 0, "isend %d: %s", i, dpl_err_name(rc));
+		rc = r->o->irecv(r->ctx, q[NRTS + i], peer, tag,
+				 d + (size_t)i * 65536, 65536, DPL_MEM_HOST);
+		CHECK(r, rc == 0, "irecv %d: %s", i, dpl_err_name(rc));
+	}
+	rc = h_wait_all(r, q, 2 * NRTS, 60000);
+	CHECK(r, rc == 0, "wait: %s", dpl_err_name(rc));
+	for (i = 0; i < NRTS; i++) {
+		bad = h_check(d + (size_t)i * 65536, 65536,
+			      peer * 1000 + (uint32_t)i);
+		CHECK(r, bad == SIZE_MAX, "message %d byte %zu", i, bad);
+	}
+	for (i = 0; i < 2 * NRTS; i++)
+		free(q[i]);
+	free(s);
+	free(d);
+	return 0;
+}
+
+OFI_TEST(many_requests_to_send, 60)
+{
+	run_job(prov, 2, many_rts, NULL, "inline_max=4096");
+}
