@@ -1,0 +1,712 @@
+/*
+ * transport_probe.c - ping-pong latency and streaming bandwidth of any
+ * dpl transport module, measured through the public transport contract
+ * only (the module is loaded with dpl_transport_load), so every module is
+ * timed by the same loop; and, with --memcpy, the memcpy bandwidth of the
+ * same sizes for scale.
+ *
+ *  - ping-pong: rank 0 sends, rank 1 answers with the same size; the
+ *    one-way latency is half a round trip, reported as the median over
+ *    the round trips (ucx_perftest's tag_lat "50.0%ile") and as the mean,
+ *    and the ping-pong bandwidth is size / mean one-way time (what
+ *    fi_pingpong reports, there in decimal MB/s);
+ *  - streaming: rank 0 keeps --window sends in flight (fewer for large
+ *    messages, at most 256 MiB of them), rank 1 keeps as many receives
+ *    posted (ucx_perftest's tag_bw), then acknowledges the last one;
+ *    every request in flight has its own buffer; bandwidth is bytes over
+ *    the whole run.
+ * Bandwidths are MiB/s (2^20 bytes per second). Every figure is the
+ * median of --reps runs. Two ranks run as forked processes meeting on
+ * 127.0.0.1 (or as threads for an in-process module: --ranks threads).
+ *
+ * usage: transport_probe --transport NAME|PATH.so [--label TEXT]
+ *          [--ranks processes|threads] [--options K=V,...]
+ *          [--min BYTES] [--max BYTES | --sizes LIST] [--reps N]
+ *          [--window N] [--json FILE] [--tsv FILE]
+ *        transport_probe --memcpy [--min] [--max] [--reps] [--json] [--tsv]
+ */
+#define _GNU_SOURCE
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <dpl/transport.h>
+#include <dpl/transport_load.h>
+
+#define MAX_SIZES 16
+#define MAX_REPS 15
+#define MiB (1024.0 * 1024.0)
+
+static const size_t all_sizes[] = {
+	8,         64,        512,        4096,        16384,
+	65536,     262144,    1u << 20,   4u << 20,    16u << 20,
+	64u << 20};
+#define NALL (sizeof all_sizes / sizeof all_sizes[0])
+
+struct result {
+	double p50_us[MAX_SIZES][MAX_REPS];
+	double avg_us[MAX_SIZES][MAX_REPS];
+	double stream[MAX_SIZES][MAX_REPS];
+	char err[512];
+	int failed;
+};
+
+struct opts {
+	const char *transport;
+	const char *label;
+	const char *options;
+	const char *json;
+	const char *tsv;
+	bool threads;
+	bool memcpy_only;
+	size_t min, max;
+	const char *list; /* --sizes */
+	int reps;
+	int window;
+};
+
+static struct opts O = {
+	.label = NULL, .min = 8, .max = 64u << 20, .reps = 5, .window = 32};
+static const struct dpl_transport_ops *ops;
+static size_t sizes[MAX_SIZES];
+static size_t nsizes;
+static char boot[128];
+
+static double now_s(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+	double x = *(const double *)a, y = *(const double *)b;
+
+	return (x > y) - (x < y);
+}
+
+/* Median of v[0..n); v is left as it was. */
+static double median(const double *v, int n)
+{
+	double *t = malloc((size_t)n * sizeof *t), m;
+
+	if (t == NULL || n <= 0) {
+		free(t);
+		return 0;
+	}
+	memcpy(t, v, (size_t)n * sizeof *t);
+	qsort(t, (size_t)n, sizeof t[0], cmp_double);
+	m = n % 2 ? t[n / 2] : (t[n / 2 - 1] + t[n / 2]) / 2;
+	free(t);
+	return m;
+}
+
+static unsigned pingpong_iters(size_t size)
+{
+	size_t n = (size_t)(64u << 20) / size;
+
+	return (unsigned)(n < 20 ? 20 : n > 10000 ? 10000 : n);
+}
+
+static unsigned stream_msgs(size_t size)
+{
+	size_t n = (size_t)(256u << 20) / size;
+
+	return (unsigned)(n < 64 ? 64 : n > 20000 ? 20000 : n);
+}
+
+/* ------------------------------------------------------------------ */
+
+struct rank {
+	uint32_t me;
+	dpl_transport *t;
+	void *ctx;
+	unsigned char *req;
+	size_t stride;
+	struct result *res;
+};
+
+static void *R(struct rank *r, size_t i)
+{
+	return r->req + r->stride * i;
+}
+
+static int fail(struct rank *r, const char *what, int rc)
+{
+	if (!r->res->failed) {
+		snprintf(r->res->err, sizeof r->res->err,
+			 "rank %u: %s: %s (%s)", r->me, what, dpl_err_name(rc),
+			 dpl_last_error());
+		r->res->failed = 1;
+	}
+	return rc;
+}
+
+static int wait_req(struct rank *r, void *req, const char *what)
+{
+	int rc;
+
+	while ((rc = ops->test(r->ctx, req)) == DPL_EAGAIN) {
+		rc = ops->progress(r->ctx);
+		if (rc < 0)
+			return fail(r, "progress", rc);
+		if (r->res->failed)
+			return DPL_ECANCELED;
+	}
+	return rc ? fail(r, what, rc) : 0;
+}
+
+static int post(struct rank *r, bool send, void *req, uint64_t tag,
+		void *buf, size_t len)
+{
+	int rc;
+
+	for (;;) {
+		rc = send ? ops->isend(r->ctx, req, 1 - r->me, tag, buf, len,
+				       DPL_MEM_HOST)
+			  : ops->irecv(r->ctx, req, 1 - r->me, tag, buf, len,
+				       DPL_MEM_HOST);
+		if (rc != DPL_EAGAIN)
+			return rc ? fail(r, send ? "isend" : "irecv", rc) : 0;
+		if ((rc = ops->progress(r->ctx)) < 0)
+			return fail(r, "progress", rc);
+	}
+}
+
+/* Receives land in buf, sends leave from buf + size. */
+static int pingpong(struct rank *r, size_t size, unsigned n,
+		    unsigned char *buf, double *rt)
+{
+	unsigned i;
+	double t;
+
+	for (i = 0; i < n; i++) {
+		t = now_s();
+		if (post(r, false, R(r, 0), 1, buf, size))
+			return -1;
+		if (r->me == 1 && wait_req(r, R(r, 0), "ping"))
+			return -1;
+		if (post(r, true, R(r, 1), 1, buf + size, size))
+			return -1;
+		if (r->me == 0 && wait_req(r, R(r, 0), "pong"))
+			return -1;
+		if (wait_req(r, R(r, 1), "send"))
+			return -1;
+		if (rt != NULL)
+			rt[i] = now_s() - t;
+	}
+	return 0;
+}
+
+/* Requests in flight while streaming `size`-byte messages: --window,
+ * fewer for large messages so that the buffers stay within 256 MiB. */
+static unsigned window_for(size_t size)
+{
+	size_t w = (size_t)(256u << 20) / size;
+
+	if (w < 2)
+		w = 2;
+	return (unsigned)(w < (size_t)O.window ? w : (size_t)O.window);
+}
+
+/* Every request in flight has its own buffer: buf + slot * size. */
+static int stream(struct rank *r, size_t size, unsigned m, unsigned w,
+		  unsigned char *buf, double *secs)
+{
+	unsigned i, k;
+	uint64_t ack = 0;
+	double t = now_s();
+
+	if (r->me == 1) {
+		for (k = 0; k < w && k < m; k++)
+			if (post(r, false, R(r, k), 2, buf + k * size, size))
+				return -1;
+		for (i = 0; i < m; i++) {
+			k = i % w;
+			if (wait_req(r, R(r, k), "stream receive"))
+				return -1;
+			if (i + w < m &&
+			    post(r, false, R(r, k), 2, buf + k * size, size))
+				return -1;
+		}
+		if (post(r, true, R(r, w), 3, &ack, 8) ||
+		    wait_req(r, R(r, w), "ack"))
+			return -1;
+		return 0;
+	}
+	if (post(r, false, R(r, w), 3, &ack, 8))
+		return -1;
+	for (i = 0; i < m; i++) {
+		k = i % w;
+		if (i >= w && wait_req(r, R(r, k), "stream send"))
+			return -1;
+		if (post(r, true, R(r, k), 2, buf + k * size, size))
+			return -1;
+	}
+	for (i = m > w ? m - w : 0; i < m; i++)
+		if (wait_req(r, R(r, i % w), "stream send"))
+			return -1;
+	if (wait_req(r, R(r, w), "ack"))
+		return -1;
+	*secs = now_s() - t;
+	return 0;
+}
+
+static int barrier(struct rank *r)
+{
+	uint64_t in = 0, out = 0;
+
+	if (post(r, false, R(r, 0), 4, &in, 8) ||
+	    post(r, true, R(r, 1), 4, &out, 8))
+		return -1;
+	return wait_req(r, R(r, 0), "barrier") || wait_req(r, R(r, 1), "barrier")
+		       ? -1
+		       : 0;
+}
+
+static void run_rank(uint32_t me, struct result *res)
+{
+	struct dpl_transport_params p;
+	struct rank r;
+	unsigned char *buf;
+	double *rt, secs = 0;
+	size_t s, bytes = 0;
+	int rep, rc;
+	unsigned n;
+
+	memset(&r, 0, sizeof r);
+	r.me = me;
+	r.res = res;
+	memset(&p, 0, sizeof p);
+	p.rank = me;
+	p.world_size = 2;
+	p.bootstrap = boot;
+	p.options = O.options;
+	rc = dpl_transport_open(ops, &p, &r.t);
+	if (rc) {
+		fail(&r, "open", rc);
+		return;
+	}
+	r.ctx = dpl_transport_ctx(r.t);
+	r.stride = (ops->req_size + 63) / 64 * 64;
+	r.req = aligned_alloc(64, r.stride * (size_t)(O.window + 1));
+	for (s = 0; s < nsizes; s++)
+		if (sizes[s] * window_for(sizes[s]) > bytes)
+			bytes = sizes[s] * window_for(sizes[s]);
+	buf = aligned_alloc(4096, (bytes + 4095) / 4096 * 4096);
+	rt = malloc(10000 * sizeof *rt);
+	if (r.req == NULL || buf == NULL || rt == NULL) {
+		fail(&r, "out of memory", DPL_ENOMEM);
+		goto out;
+	}
+	memset(buf, me + 1, bytes);
+	for (s = 0; s < nsizes && !res->failed; s++) {
+		n = pingpong_iters(sizes[s]);
+		if (pingpong(&r, sizes[s], n / 10 + 1, buf, NULL))
+			goto out;
+		for (rep = 0; rep < O.reps; rep++) {
+			if (barrier(&r) || pingpong(&r, sizes[s], n, buf, rt))
+				goto out;
+			if (me == 0) {
+				double sum = 0;
+				unsigned i;
+
+				for (i = 0; i < n; i++)
+					sum += rt[i];
+				res->avg_us[s][rep] = sum / n / 2 * 1e6;
+				res->p50_us[s][rep] =
+					median(rt, (int)n) / 2 * 1e6;
+			}
+		}
+		n = stream_msgs(sizes[s]);
+		for (rep = 0; rep <= O.reps; rep++) {
+			/* rep 0 warms up */
+			if (barrier(&r) ||
+			    stream(&r, sizes[s], n, window_for(sizes[s]), buf,
+				   &secs))
+				goto out;
+			if (me == 0 && rep > 0)
+				res->stream[s][rep - 1] =
+					(double)sizes[s] * n / secs / MiB;
+		}
+	}
+	barrier(&r);
+out:
+	free(rt);
+	free(buf);
+	dpl_transport_close(r.t);
+	free(r.req);
+}
+
+struct thread_arg {
+	uint32_t me;
+	struct result *res;
+};
+
+static void *thread_main(void *arg)
+{
+	struct thread_arg *a = arg;
+
+	run_rank(a->me, a->res);
+	return NULL;
+}
+
+static int free_port(void)
+{
+	struct sockaddr_in a;
+	socklen_t len = sizeof a;
+	int fd = socket(AF_INET, SOCK_STREAM, 0), port = -1;
+
+	if (fd < 0)
+		return -1;
+	memset(&a, 0, sizeof a);
+	a.sin_family = AF_INET;
+	a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	if (bind(fd, (struct sockaddr *)&a, sizeof a) == 0 &&
+	    getsockname(fd, (struct sockaddr *)&a, &len) == 0)
+		port = ntohs(a.sin_port);
+	close(fd);
+	return port;
+}
+
+static int run_transport(struct result *res)
+{
+	pid_t pid[2];
+	int st, i, bad = 0;
+
+	if (O.threads) {
+		pthread_t th[2];
+		struct thread_arg arg[2] = {{0, res}, {1, res}};
+
+		snprintf(boot, sizeof boot, "probe-%d", (int)getpid());
+		for (i = 0; i < 2; i++)
+			if (pthread_create(&th[i], NULL, thread_main, &arg[i]))
+				return -1;
+		for (i = 0; i < 2; i++)
+			pthread_join(th[i], NULL);
+		return res->failed ? -1 : 0;
+	}
+	i = free_port();
+	if (i <= 0) {
+		fprintf(stderr, "no free port on 127.0.0.1\n");
+		return -1;
+	}
+	snprintf(boot, sizeof boot, "127.0.0.1:%d", i);
+	fflush(NULL);
+	for (i = 0; i < 2; i++) {
+		pid[i] = fork();
+		if (pid[i] < 0)
+			return -1;
+		if (pid[i] == 0) {
+			prctl(PR_SET_PDEATHSIG, SIGKILL);
+			run_rank((uint32_t)i, res);
+			_exit(res->failed ? 1 : 0);
+		}
+	}
+	for (i = 0; i < 2; i++) {
+		if (waitpid(pid[i], &st, 0) != pid[i] || !WIFEXITED(st) ||
+		    WEXITSTATUS(st) != 0)
+			bad = 1;
+	}
+	return bad || res->failed ? -1 : 0;
+}
+
+/* ------------------------------------------------------------------ */
+
+static void run_memcpy(struct result *res)
+{
+	size_t s, big = sizes[nsizes - 1];
+	unsigned char *a = aligned_alloc(4096, big), *b = aligned_alloc(4096, big);
+	unsigned n, i;
+	int rep;
+	double t;
+
+	if (a == NULL || b == NULL) {
+		snprintf(res->err, sizeof res->err, "out of memory");
+		res->failed = 1;
+		free(a);
+		free(b);
+		return;
+	}
+	memset(a, 1, big);
+	memset(b, 2, big);
+	for (s = 0; s < nsizes; s++) {
+		n = stream_msgs(sizes[s]);
+		for (rep = 0; rep < O.reps; rep++) {
+			t = now_s();
+			for (i = 0; i < n; i++) {
+				memcpy(b, a, sizes[s]);
+				/* keep the copy from being elided */
+				__asm__ __volatile__("" : : "r"(b) : "memory");
+			}
+			res->stream[s][rep] =
+				(double)sizes[s] * n / (now_s() - t) / MiB;
+		}
+	}
+	free(a);
+	free(b);
+}
+
+/* ------------------------------------------------------------------ */
+
+static void report(const struct result *res)
+{
+	const char *name = O.memcpy_only ? "memcpy" : ops->name;
+	FILE *j = NULL, *t = NULL;
+	size_t s;
+
+	if (O.json && (j = fopen(O.json, "w")) == NULL)
+		fprintf(stderr, "%s: %s\n", O.json, strerror(errno));
+	if (O.tsv && (t = fopen(O.tsv, "w")) == NULL)
+		fprintf(stderr, "%s: %s\n", O.tsv, strerror(errno));
+	printf("%s%s%s: median of %d runs\n", name, O.label ? " " : "",
+	       O.label ? O.label : "", O.reps);
+	if (O.memcpy_only)
+		printf("%10s %14s\n", "bytes", "MiB/s");
+	else
+		printf("%10s %14s %14s %14s %14s\n", "bytes", "1-way p50 us",
+		       "1-way avg us", "pingpong MiB/s", "stream MiB/s");
+	if (j)
+		fprintf(j, "{\n  \"transport\": \"%s\",\n  \"label\": \"%s\",\n"
+			   "  \"reps\": %d,\n  \"window\": %d,\n  \"sizes\": [",
+			name, O.label ? O.label : "", O.reps, O.window);
+	for (s = 0; s < nsizes; s++) {
+		double p50 = median(res->p50_us[s], O.reps);
+		double avg = median(res->avg_us[s], O.reps);
+		double bw = median(res->stream[s], O.reps);
+		double pp = avg > 0 ? (double)sizes[s] / (avg * 1e-6) / MiB : 0;
+
+		if (O.memcpy_only) {
+			printf("%10zu %14.1f\n", sizes[s], bw);
+			if (t)
+				fprintf(t, "memcpy\t%zu\t%.3f\n", sizes[s], bw);
+			if (j)
+				fprintf(j, "%s\n    {\"bytes\": %zu, \"mib_s\": "
+					   "%.1f}",
+					s ? "," : "", sizes[s], bw);
+			continue;
+		}
+		printf("%10zu %14.3f %14.3f %14.1f %14.1f\n", sizes[s], p50,
+		       avg, pp, bw);
+		if (t) {
+			fprintf(t, "pingpong\t%zu\t%.4f\t%.4f\t%.3f\n",
+				sizes[s], p50, avg, pp);
+			fprintf(t, "stream\t%zu\t%.3f\n", sizes[s], bw);
+		}
+		if (j)
+			fprintf(j,
+				"%s\n    {\"bytes\": %zu, \"one_way_p50_us\": "
+				"%.4f, \"one_way_avg_us\": %.4f, "
+				"\"pingpong_mib_s\": %.1f, \"stream_mib_s\": "
+				"%.1f}",
+				s ? "," : "", sizes[s], p50, avg, pp, bw);
+	}
+	if (j) {
+		fprintf(j, "\n  ]\n}\n");
+		fclose(j);
+	}
+	if (t)
+		fclose(t);
+}
+
+static void usage(FILE *f)
+{
+	fprintf(f,
+		"usage: transport_probe --transport NAME|PATH.so [--label TEXT]"
+		"\n         [--ranks processes|threads] [--options K=V,...]\n"
+		"         [--min BYTES] [--max BYTES | --sizes A,B,...] [--reps N]\n"
+		"         [--window N]\n"
+		"         [--json FILE] [--tsv FILE]\n"
+		"       transport_probe --memcpy [--min BYTES] [--max BYTES] "
+		"[--reps N]\n"
+		"         [--json FILE] [--tsv FILE]\n");
+}
+
+static int parse_size(const char *flag, const char *s, size_t *out)
+{
+	char *end;
+	unsigned long long v;
+
+	errno = 0;
+	v = strtoull(s, &end, 10);
+	if (errno == 0 && end != s) {
+		if (*end == 'K' || *end == 'k')
+			v <<= 10, end++;
+		else if (*end == 'M' || *end == 'm')
+			v <<= 20, end++;
+	}
+	if (errno != 0 || end == s || *end != '\0' || v == 0 ||
+	    v > (1ull << 30)) {
+		fprintf(stderr, "%s: '%s' is not a size in 1..1G (K and M "
+				"suffixes allowed)\n", flag, s);
+		return -1;
+	}
+	*out = (size_t)v;
+	return 0;
+}
+
+static int parse_int(const char *flag, const char *s, int lo, int hi,
+		     int *out)
+{
+	char *end;
+	long v;
+
+	errno = 0;
+	v = strtol(s, &end, 10);
+	if (errno != 0 || end == s || *end != '\0' || v < lo || v > hi) {
+		fprintf(stderr, "%s: '%s' is not an integer in %d..%d\n", flag,
+			s, lo, hi);
+		return -1;
+	}
+	*out = (int)v;
+	return 0;
+}
+
+int main(int argc, char **argv)
+{
+	struct result *res;
+	int i, rc;
+	size_t k;
+
+	for (i = 1; i < argc; i++) {
+		const char *a = argv[i];
+		const char *v = i + 1 < argc ? argv[i + 1] : NULL;
+
+		if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
+			usage(stdout);
+			return 0;
+		}
+		if (strcmp(a, "--memcpy") == 0) {
+			O.memcpy_only = true;
+			continue;
+		}
+		if (v == NULL) {
+			fprintf(stderr, "%s: missing value or unknown option\n",
+				a);
+			usage(stderr);
+			return 2;
+		}
+		i++;
+		if (strcmp(a, "--transport") == 0)
+			O.transport = v;
+		else if (strcmp(a, "--label") == 0)
+			O.label = v;
+		else if (strcmp(a, "--options") == 0)
+			O.options = v;
+		else if (strcmp(a, "--json") == 0)
+			O.json = v;
+		else if (strcmp(a, "--tsv") == 0)
+			O.tsv = v;
+		else if (strcmp(a, "--ranks") == 0) {
+			if (strcmp(v, "threads") && strcmp(v, "processes")) {
+				fprintf(stderr, "--ranks: '%s' is not "
+						"processes or threads\n", v);
+				return 2;
+			}
+			O.threads = strcmp(v, "threads") == 0;
+		} else if (strcmp(a, "--sizes") == 0) {
+			O.list = v;
+		} else if (strcmp(a, "--min") == 0) {
+			if (parse_size(a, v, &O.min))
+				return 2;
+		} else if (strcmp(a, "--max") == 0) {
+			if (parse_size(a, v, &O.max))
+				return 2;
+		} else if (strcmp(a, "--reps") == 0) {
+			if (parse_int(a, v, 1, MAX_REPS, &O.reps))
+				return 2;
+		} else if (strcmp(a, "--window") == 0) {
+			if (parse_int(a, v, 1, 1024, &O.window))
+				return 2;
+		} else {
+			fprintf(stderr, "unknown option %s\n", a);
+			usage(stderr);
+			return 2;
+		}
+	}
+	if (!O.memcpy_only && O.transport == NULL) {
+		fprintf(stderr, "--transport or --memcpy is required\n");
+		usage(stderr);
+		return 2;
+	}
+	if (O.min > O.max) {
+		fprintf(stderr, "--min %zu is above --max %zu\n", O.min, O.max);
+		return 2;
+	}
+	if (O.list != NULL) {
+		char item[32];
+		const char *p = O.list, *comma;
+
+		while (*p != '\0') {
+			comma = strchr(p, ',');
+			k = comma ? (size_t)(comma - p) : strlen(p);
+			if (k == 0 || k >= sizeof item || nsizes == MAX_SIZES) {
+				fprintf(stderr, "--sizes: '%s' is not a list "
+						"of at most %d sizes\n",
+					O.list, MAX_SIZES);
+				return 2;
+			}
+			memcpy(item, p, k);
+			item[k] = '\0';
+			if (parse_size("--sizes", item, &sizes[nsizes]))
+				return 2;
+			if (nsizes > 0 && sizes[nsizes] <= sizes[nsizes - 1]) {
+				fprintf(stderr, "--sizes: '%s' is not "
+						"increasing\n", O.list);
+				return 2;
+			}
+			nsizes++;
+			p += k + (comma != NULL);
+		}
+	}
+	for (k = 0; O.list == NULL && k < NALL && nsizes < MAX_SIZES; k++)
+		if (all_sizes[k] >= O.min && all_sizes[k] <= O.max)
+			sizes[nsizes++] = all_sizes[k];
+	if (nsizes == 0) {
+		fprintf(stderr, "no probe size lies in [%zu, %zu]\n", O.min,
+			O.max);
+		return 2;
+	}
+	res = mmap(NULL, sizeof *res, PROT_READ | PROT_WRITE,
+		   MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+	if (res == MAP_FAILED) {
+		perror("mmap");
+		return 1;
+	}
+	memset(res, 0, sizeof *res);
+	if (O.memcpy_only) {
+		run_memcpy(res);
+	} else {
+		rc = dpl_transport_load(O.transport, &ops);
+		if (rc) {
+			fprintf(stderr, "%s\n", dpl_last_error());
+			return 1;
+		}
+		if (run_transport(res) != 0) {
+			fprintf(stderr, "%s%s: %s\n", ops->name,
+				O.label ? O.label : "",
+				res->err[0] ? res->err : "a rank failed");
+			return 1;
+		}
+	}
+	if (res->failed) {
+		fprintf(stderr, "%s\n", res->err);
+		return 1;
+	}
+	report(res);
+	return 0;
+}

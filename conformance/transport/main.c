@@ -1,0 +1,116 @@
+/*
+ * main.c - the conformance runner's command line: Criterion's options plus
+ *   --transport PATH.so|NAME  load the module through dpl_transport_load()
+ *   --ranks processes|threads how the ranks of a job run
+ *   --bootstrap tcp|name      what the bootstrap string of a job is
+ *   --options STRING          the backend's options for every init
+ * Each sets the DPL_CONF_* variable of the same meaning, so the tests
+ * (which Criterion runs in fresh processes) see it.
+ */
+#define _POSIX_C_SOURCE 200809L
+#include <criterion/criterion.h>
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "harness.h"
+
+static const struct {
+	const char *flag;
+	const char *env;
+} flags[] = {
+	{"--transport", "DPL_CONF_TRANSPORT"},
+	{"--ranks", "DPL_CONF_RANKS"},
+	{"--bootstrap", "DPL_CONF_BOOTSTRAP"},
+	{"--options", "DPL_CONF_OPTIONS"},
+};
+
+static void usage(FILE *f, const char *prog)
+{
+	fprintf(f,
+		"usage: %s [--transport PATH.so|NAME] [--ranks processes|"
+		"threads]\n"
+		"       [--bootstrap tcp|name] [--options K=V,...] "
+		"[criterion options]\n"
+		"Runs the dpl transport conformance battery; see "
+		"conformance/README.md.\n"
+		"Criterion's options follow (--help lists them); write "
+		"reports to files\n"
+		"(--xml=FILE) so the Synthesis line stays on stderr.\n",
+		prog);
+}
+
+/* Take our flags out of argv; returns the new argc or -1 on error. */
+static int take_flags(int argc, char **argv, int *help)
+{
+	int i, j, k, out = 1;
+	size_t n;
+	const char *val;
+
+	for (i = 1; i < argc; i++) {
+		if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0)
+			*help = 1;
+		for (k = 0; k < (int)(sizeof flags / sizeof flags[0]); k++) {
+			n = strlen(flags[k].flag);
+			if (strncmp(argv[i], flags[k].flag, n) != 0)
+				continue;
+			if (argv[i][n] == '=') {
+				val = argv[i] + n + 1;
+			} else if (argv[i][n] == '\0') {
+				if (i + 1 >= argc) {
+					fprintf(stderr, "%s needs a value\n",
+						flags[k].flag);
+					return -1;
+				}
+				val = argv[++i];
+			} else {
+				continue;
+			}
+			if (*val == '\0') {
+				fprintf(stderr, "%s: empty value\n",
+					flags[k].flag);
+				return -1;
+			}
+			setenv(flags[k].env, val, 1);
+			break;
+		}
+		if (k < (int)(sizeof flags / sizeof flags[0]))
+			continue;
+		argv[out++] = argv[i];
+	}
+	for (j = out; j < argc; j++)
+		argv[j] = NULL;
+	return out;
+}
+
+/* Criterion's sandbox finds the program's main through the symbol table
+ * when it starts a test worker, so main keeps default visibility. */
+__attribute__((visibility("default"))) int main(int argc, char *argv[]);
+
+int main(int argc, char *argv[])
+{
+	struct criterion_test_set *tests;
+	const char *t;
+	int help = 0, result = 0;
+
+	argc = take_flags(argc, argv, &help);
+	if (argc < 0) {
+		usage(stderr, argv[0]);
+		return 2;
+	}
+	if (help)
+		usage(stdout, argv[0]);
+	t = getenv("DPL_CONF_TRANSPORT");
+	if (!help && conf_linked_table() == NULL && (t == NULL || *t == '\0')) {
+		fprintf(stderr, "%s: no transport linked in: pass --transport "
+				"PATH.so (or a module name)\n", argv[0]);
+		usage(stderr, argv[0]);
+		return 2;
+	}
+	tests = criterion_initialize();
+	if (criterion_handle_args(argc, argv, true))
+		result = !criterion_run_all_tests(tests);
+	criterion_finalize(tests);
+	return result;
+}

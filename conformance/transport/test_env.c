@@ -1,0 +1,124 @@
+/*
+ * test_env.c - the backend and its environment (case 36 and the
+ * contract's NULL bootstrap): with the variables the registration set
+ * (UCX_TLS, FI_PROVIDER, ...) it works and binds only loopback
+ * addresses, and with no bootstrap string it finds its peers through
+ * DPL_RANK/DPL_WORLD_SIZE/DPL_ROOT or torchrun's variables.
+ */
+#define _GNU_SOURCE
+#include <criterion/criterion.h>
+#include <criterion/logging.h>
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "harness.h"
+
+static void loopback_rank(struct conf_rank *rk)
+{
+	char why[256];
+	int n = 0;
+
+	conf_exchange(rk, 1 - rk->rank, 3, 64u << 10, 1);
+	conf_exchange(rk, 1 - rk->rank, 4, 8, 2);
+	conf_step(rk, "checking this process's sockets");
+	conf_expect(rk, conf_sockets_loopback(why, sizeof why, &n),
+		    "%s: in test mode every address must be loopback "
+		    "(127.0.0.0/8, ::1)",
+		    why);
+	conf_note(rk, "%d TCP/UDP sockets, all on loopback", n);
+	conf_barrier(rk);
+}
+
+Test(env, binds_loopback_only, .timeout = 80)
+{
+	static const char *const vars[] = {"UCX_TLS", "UCX_NET_DEVICES",
+					   "FI_PROVIDER", "FI_TCP_IFACE",
+					   "DPL_CONF_OPTIONS"};
+	struct conf_job job = {.size = 2, .fn = loopback_rank,
+			       .deadline_s = 60};
+	size_t i;
+
+	for (i = 0; i < sizeof vars / sizeof vars[0]; i++)
+		if (getenv(vars[i]) != NULL)
+			cr_log_info("%s=%s", vars[i], getenv(vars[i]));
+	conf_run(&job);
+}
+
+/* ---------------------------------------------------------------- */
+
+struct envboot {
+	bool torchrun;
+};
+
+static void env_rank(struct conf_rank *rk)
+{
+	const struct envboot *a = rk->arg;
+	char num[16], host[64];
+	const char *colon = strrchr(rk->w->boot, ':');
+	dpl_transport *t = NULL;
+	int rc;
+
+	static const char *const all[] = {"DPL_RANK", "DPL_WORLD_SIZE",
+					  "DPL_ROOT", "RANK", "WORLD_SIZE",
+					  "MASTER_ADDR", "MASTER_PORT"};
+	size_t i;
+
+	for (i = 0; i < sizeof all / sizeof all[0]; i++)
+		unsetenv(all[i]);
+	snprintf(host, sizeof host, "%.*s", (int)(colon - rk->w->boot),
+		 rk->w->boot);
+	snprintf(num, sizeof num, "%u", rk->rank);
+	if (a->torchrun) {
+		/* torchrun's agent holds MASTER_PORT; dpl listens on the
+		 * next port (dpl/bootstrap.h), the free one we picked. */
+		char port[24];
+
+		snprintf(port, sizeof port, "%ld", strtol(colon + 1, NULL, 10) - 1);
+		setenv("RANK", num, 1);
+		setenv("WORLD_SIZE", "2", 1);
+		setenv("MASTER_ADDR", host, 1);
+		setenv("MASTER_PORT", port, 1);
+	} else {
+		setenv("DPL_RANK", num, 1);
+		setenv("DPL_WORLD_SIZE", "2", 1);
+		setenv("DPL_ROOT", rk->w->boot, 1);
+	}
+	conf_step(rk, "init with a NULL bootstrap (%s variables)",
+		  a->torchrun ? "torchrun's" : "DPL_*");
+	rc = conf_try_open(rk, NULL, rk->rank, 2, conf_timeout_ms(), &t);
+	conf_check_code(rk, rc, "dpl_transport_open");
+	conf_expect(rk, rc == 0,
+		    "init with a NULL bootstrap and %s=%s: %s (%s)",
+		    a->torchrun ? "MASTER_ADDR:(MASTER_PORT + 1)" : "DPL_ROOT",
+		    rk->w->boot, dpl_err_name(rc), dpl_last_error());
+	rk->t = t;
+	rk->ctx = dpl_transport_ctx(t);
+	conf_exchange(rk, 1 - rk->rank, 5, 4096, 1);
+	/* rank_main's final barrier and close follow */
+}
+
+static void env_job(bool torchrun)
+{
+	struct envboot a = {.torchrun = torchrun};
+	char root[64];
+	struct conf_job job = {.size = 2, .fn = env_rank, .arg = &a,
+			       .no_open = true, .deadline_s = 60};
+
+	cr_assert_eq(conf_make_root(root, sizeof root), 0, "no free port");
+	job.boot = root;
+	conf_run(&job);
+}
+
+Test(env, init_from_dpl_variables, .timeout = 80)
+{
+	CONF_REQUIRE_PROCESSES("the environment is per process");
+	env_job(false);
+}
+
+Test(env, init_from_torchrun_variables, .timeout = 80)
+{
+	CONF_REQUIRE_PROCESSES("the environment is per process");
+	env_job(true);
+}
