@@ -1468,8 +1468,16 @@ static int exchange(struct rank *k, struct result *R, double *mine,
 			      DPL_MEM_HOST);
 		x[q].live = rc == 0;
 	}
-	if (rc == 0)
+	if (rc == 0) {
 		rc = wait_all(k, x, J->world, deadline, "ending with");
+		/* Every result is in. A rank that got its ACK may close before
+		 * this side sees the send complete: that is the end, not a
+		 * failure. */
+		if (rc == DPL_EPEER) {
+			rc = 0;
+			k->msg[0] = '\0';
+		}
+	}
 	if (rc != 0) {
 		if (k->msg[0] == '\0')
 			snprintf(k->msg, sizeof k->msg, "rank %u: gathering "
