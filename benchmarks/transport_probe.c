@@ -13,8 +13,9 @@
  *  - streaming: rank 0 keeps --window sends in flight (fewer for large
  *    messages, at most 256 MiB of them), rank 1 keeps as many receives
  *    posted (ucx_perftest's tag_bw), then acknowledges the last one;
- *    every request in flight has its own buffer; bandwidth is bytes over
- *    the whole run.
+ *    bandwidth is bytes over the whole run. As in ucx_perftest, the sends
+ *    share one buffer and the receives another (cache-warm); with
+ *    --buffers distinct every request in flight has its own (cold).
  * Bandwidths are MiB/s (2^20 bytes per second). Every figure is the
  * median of --reps runs. Two ranks run as forked processes meeting on
  * 127.0.0.1 (or as threads for an in-process module: --ranks threads).
@@ -22,7 +23,8 @@
  * usage: transport_probe --transport NAME|PATH.so [--label TEXT]
  *          [--ranks processes|threads] [--options K=V,...]
  *          [--min BYTES] [--max BYTES | --sizes LIST] [--reps N]
- *          [--window N] [--json FILE] [--tsv FILE]
+ *          [--window N] [--buffers shared|distinct]
+ *          [--json FILE] [--tsv FILE]
  *        transport_probe --memcpy [--min] [--max] [--reps] [--json] [--tsv]
  */
 #define _GNU_SOURCE
@@ -30,6 +32,7 @@
 #include <errno.h>
 #include <netinet/in.h>
 #include <pthread.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -73,6 +76,7 @@ struct opts {
 	bool memcpy_only;
 	size_t min, max;
 	const char *list; /* --sizes */
+	bool distinct;    /* --buffers distinct */
 	int reps;
 	int window;
 };
@@ -156,8 +160,18 @@ static int fail(struct rank *r, const char *what, int rc)
 	return rc;
 }
 
+/* A rank that has spun for a while lets others run now and then: the
+ * machine may have more runnable threads than cores. Short waits (small
+ * messages) never yield. */
+static void spin_turn(unsigned *n)
+{
+	if (++*n > 256 && (*n & 15) == 0)
+		sched_yield();
+}
+
 static int wait_req(struct rank *r, void *req, const char *what)
 {
+	unsigned n = 0;
 	int rc;
 
 	while ((rc = ops->test(r->ctx, req)) == DPL_EAGAIN) {
@@ -166,6 +180,7 @@ static int wait_req(struct rank *r, void *req, const char *what)
 			return fail(r, "progress", rc);
 		if (r->res->failed)
 			return DPL_ECANCELED;
+		spin_turn(&n);
 	}
 	return rc ? fail(r, what, rc) : 0;
 }
@@ -173,6 +188,7 @@ static int wait_req(struct rank *r, void *req, const char *what)
 static int post(struct rank *r, bool send, void *req, uint64_t tag,
 		void *buf, size_t len)
 {
+	unsigned n = 0;
 	int rc;
 
 	for (;;) {
@@ -184,6 +200,7 @@ static int post(struct rank *r, bool send, void *req, uint64_t tag,
 			return rc ? fail(r, send ? "isend" : "irecv", rc) : 0;
 		if ((rc = ops->progress(r->ctx)) < 0)
 			return fail(r, "progress", rc);
+		spin_turn(&n);
 	}
 }
 
@@ -223,7 +240,13 @@ static unsigned window_for(size_t size)
 	return (unsigned)(w < (size_t)O.window ? w : (size_t)O.window);
 }
 
-/* Every request in flight has its own buffer: buf + slot * size. */
+/* Buffer of in-flight slot k: one for all sends and one for all
+ * receives, or one per slot with --buffers distinct. */
+static unsigned char *slot_buf(unsigned char *buf, size_t size, unsigned k)
+{
+	return O.distinct ? buf + (size_t)k * size : buf;
+}
+
 static int stream(struct rank *r, size_t size, unsigned m, unsigned w,
 		  unsigned char *buf, double *secs)
 {
@@ -233,14 +256,16 @@ static int stream(struct rank *r, size_t size, unsigned m, unsigned w,
 
 	if (r->me == 1) {
 		for (k = 0; k < w && k < m; k++)
-			if (post(r, false, R(r, k), 2, buf + k * size, size))
+			if (post(r, false, R(r, k), 2, slot_buf(buf, size, k),
+				 size))
 				return -1;
 		for (i = 0; i < m; i++) {
 			k = i % w;
 			if (wait_req(r, R(r, k), "stream receive"))
 				return -1;
 			if (i + w < m &&
-			    post(r, false, R(r, k), 2, buf + k * size, size))
+			    post(r, false, R(r, k), 2, slot_buf(buf, size, k),
+				 size))
 				return -1;
 		}
 		if (post(r, true, R(r, w), 3, &ack, 8) ||
@@ -254,7 +279,7 @@ static int stream(struct rank *r, size_t size, unsigned m, unsigned w,
 		k = i % w;
 		if (i >= w && wait_req(r, R(r, k), "stream send"))
 			return -1;
-		if (post(r, true, R(r, k), 2, buf + k * size, size))
+		if (post(r, true, R(r, k), 2, slot_buf(buf, size, k), size))
 			return -1;
 	}
 	for (i = m > w ? m - w : 0; i < m; i++)
@@ -304,9 +329,12 @@ static void run_rank(uint32_t me, struct result *res)
 	r.ctx = dpl_transport_ctx(r.t);
 	r.stride = (ops->req_size + 63) / 64 * 64;
 	r.req = aligned_alloc(64, r.stride * (size_t)(O.window + 1));
-	for (s = 0; s < nsizes; s++)
-		if (sizes[s] * window_for(sizes[s]) > bytes)
-			bytes = sizes[s] * window_for(sizes[s]);
+	for (s = 0; s < nsizes; s++) {
+		size_t need = sizes[s] * (O.distinct ? window_for(sizes[s]) : 2);
+
+		if (need > bytes)
+			bytes = need;
+	}
 	buf = aligned_alloc(4096, (bytes + 4095) / 4096 * 4096);
 	rt = malloc(10000 * sizeof *rt);
 	if (r.req == NULL || buf == NULL || rt == NULL) {
@@ -529,7 +557,7 @@ static void usage(FILE *f)
 		"usage: transport_probe --transport NAME|PATH.so [--label TEXT]"
 		"\n         [--ranks processes|threads] [--options K=V,...]\n"
 		"         [--min BYTES] [--max BYTES | --sizes A,B,...] [--reps N]\n"
-		"         [--window N]\n"
+		"         [--window N] [--buffers shared|distinct]\n"
 		"         [--json FILE] [--tsv FILE]\n"
 		"       transport_probe --memcpy [--min BYTES] [--max BYTES] "
 		"[--reps N]\n"
@@ -618,6 +646,13 @@ int main(int argc, char **argv)
 				return 2;
 			}
 			O.threads = strcmp(v, "threads") == 0;
+		} else if (strcmp(a, "--buffers") == 0) {
+			if (strcmp(v, "shared") && strcmp(v, "distinct")) {
+				fprintf(stderr, "--buffers: '%s' is not shared "
+						"or distinct\n", v);
+				return 2;
+			}
+			O.distinct = strcmp(v, "distinct") == 0;
 		} else if (strcmp(a, "--sizes") == 0) {
 			O.list = v;
 		} else if (strcmp(a, "--min") == 0) {
