@@ -12,8 +12,10 @@
 
 #if defined(__GNUC__)
 #define DPL__PRINTF(a, b) __attribute__((format(printf, a, b)))
+#define DPL__COLD __attribute__((cold, noinline))
 #else
 #define DPL__PRINTF(a, b)
+#define DPL__COLD
 #endif
 
 /* Upper bound on actions in one schedule (indices stay in int32). */

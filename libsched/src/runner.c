@@ -525,9 +525,16 @@ int dpl_runner_create(const struct dpl_runner_params *p, dpl_runner **out)
 	r->reps = calloc(r->nranks, sizeof *r->reps);
 	r->lidx = malloc(r->nstages * sizeof *r->lidx);
 	r->ls = calloc(r->nstages, sizeof *r->ls);
-	if (!r->base || !r->reps || !r->lidx || !r->ls) {
+	r->mb_off = malloc(((size_t)r->nmb + 1) * sizeof *r->mb_off);
+	if (!r->base || !r->reps || !r->lidx || !r->ls || !r->mb_off) {
 		rc = dpl__error(DPL_ENOMEM, "out of memory");
 		goto fail;
+	}
+	for (q = 0; q < r->nmb; q++) {
+		uint64_t e;
+
+		dpl_split(r->batch, r->nmb, q, &r->mb_off[q], &e);
+		r->mb_off[q + 1] = e;
 	}
 	for (q = 0; q < r->nranks; q++) {
 		r->reps[q] = p->replicas ? p->replicas[q] : 1;
@@ -675,6 +682,8 @@ void dpl__runner_cancel_all(dpl_runner *r)
 			collect_into(r, &q, deadline);
 			ls->ar_live = q.live;
 		}
+		if (ls->reducing)
+			r->nreducing--;
 		ls->reducing = false;
 	}
 }
@@ -725,6 +734,7 @@ void dpl_runner_destroy(dpl_runner *r)
 	free(r->trace);
 	free(r->ls);
 	free(r->lidx);
+	free(r->mb_off);
 	free(r->base);
 	free(r->reps);
 	free(r);

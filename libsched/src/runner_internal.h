@@ -207,10 +207,12 @@ struct dpl_runner {
 	uint32_t *base;          /* [nranks + 1] first world rank */
 	uint32_t *reps;          /* [nranks] replicas */
 	uint64_t batch;
+	uint64_t *mb_off;        /* [nmb + 1] first sample of micro-batch j */
 	uint64_t timeout_ns;
 	uint32_t *lidx;          /* [nstages] index into ls, or DPL__NONE */
 	struct dpl__lstage *ls;
 	uint32_t nls;
+	uint32_t nreducing;      /* stages with a reduction under way */
 	const struct dpl_action *list;
 	size_t nlist;
 	size_t req_stride;

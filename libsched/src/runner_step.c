@@ -135,38 +135,53 @@ static int check_ctrl(dpl_runner *r, bool first_hand)
 	return 0;
 }
 
+/* The failure paths of pump(), out of line to keep its frame small. */
+static int pump_failed(dpl_runner *r, int n) DPL__COLD;
+static int ring_failed(dpl_runner *r, struct dpl__lstage *ls,
+		       int rc) DPL__COLD;
+
+static int pump_failed(dpl_runner *r, int n)
+{
+	char t[DPL_ACTION_TEXT_MAX];
+
+	return fail(r, n, "transport %s failed in %s: %s (%s)",
+		    r->t->ops->name, act_text(r->cur, t, sizeof t),
+		    dpl_strerror(n), dpl_err_name(n));
+}
+
+static int ring_failed(dpl_runner *r, struct dpl__lstage *ls, int rc)
+{
+	if (r->errmsg[0] == '\0')
+		r->err_peer = ls->ring.error_peer;
+	return fail(r, rc, "%uREDUCE_GRAD with rank %u: %s (%s)", ls->stage,
+		    ls->ring.error_peer, dpl_strerror(rc), dpl_err_name(rc));
+}
+
 /*
  * One round of background work: transport progress, running reductions,
  * failure notices. Returns completions seen (>= 0) or an error.
  */
 static int pump(dpl_runner *r)
 {
-	char t[DPL_ACTION_TEXT_MAX];
-	int n = 0, rc;
+	int n, rc;
 	uint32_t i;
 
 	if (r->t == NULL)
 		return 0;
 	n = r->t->ops->progress(r->t->ctx);
 	if (n < 0)
-		return fail(r, n, "transport %s failed in %s: %s (%s)",
-			    r->t->ops->name, act_text(r->cur, t, sizeof t),
-			    dpl_strerror(n), dpl_err_name(n));
-	for (i = 0; i < r->nls; i++) {
+		return pump_failed(r, n);
+	for (i = 0; r->nreducing > 0 && i < r->nls; i++) {
 		struct dpl__lstage *ls = &r->ls[i];
 
 		if (!ls->reducing || !ls->ring.active)
 			continue;
 		rc = dpl__ring_poll(&ls->ring);
-		if (rc != 0 && rc != DPL_EAGAIN) {
-			if (r->errmsg[0] == '\0')
-				r->err_peer = ls->ring.error_peer;
-			return fail(r, rc,
-				    "%uREDUCE_GRAD with rank %u: %s (%s)",
-				    ls->stage, ls->ring.error_peer,
-				    dpl_strerror(rc), dpl_err_name(rc));
-		}
+		if (rc != 0 && rc != DPL_EAGAIN)
+			return ring_failed(r, ls, rc);
 	}
+	/* A notice is a completion: look after progress delivered some,
+	 * and now and then. */
 	if (r->world > 1 && (n > 0 || (++r->ctrl_tick & 63) == 0)) {
 		if ((rc = check_ctrl(r, false)) != 0)
 			return rc;
@@ -348,9 +363,13 @@ static int post(dpl_runner *r, struct dpl__rreq *q, bool send,
 static void range(const dpl_runner *r, uint32_t j, uint32_t nrep,
 		  uint32_t rep, uint64_t *b, uint64_t *e)
 {
-	uint64_t mb, me, rb, re;
+	uint64_t mb = r->mb_off[j], me = r->mb_off[j + 1], rb, re;
 
-	dpl_split(r->batch, r->nmb, j, &mb, &me);
+	if (nrep == 1) {
+		*b = mb;
+		*e = me;
+		return;
+	}
 	dpl_split(me - mb, nrep, rep, &rb, &re);
 	*b = mb + rb;
 	*e = mb + re;
@@ -678,6 +697,7 @@ static int run_reduce(dpl_runner *r, struct dpl__lstage *ls)
 	ls->gbufs = b;
 	ls->gn = n;
 	ls->reducing = true;
+	r->nreducing++;
 	r->st.bytes_reduced += ls->gcount * esize;
 	if (r->t->can_allreduce) {
 		rc = r->t->ops->iallreduce(r->t->ctx, ls->ar_req, ls->group,
@@ -707,6 +727,7 @@ static int run_step(dpl_runner *r, struct dpl__lstage *ls)
 		if ((rc = wait_for(r, ring_done, ls)) != 0)
 			return rc;
 		ls->reducing = false;
+		r->nreducing--;
 		for (i = 0; i < ls->gn; i++) {
 			const struct dpl_buffer *b = &ls->gbufs[i];
 
