@@ -179,12 +179,6 @@ struct dpl__lstage {
 };
 
 /* One traced action. */
-struct dpl__trace_ev {
-	struct dpl_action a;
-	uint64_t start;
-	uint64_t end;
-};
-
 /*
  * Wire form of a failure notice: seven little-endian 32-bit words: code,
  * reporting rank, peer it lost (or DPL__NONE), action kind, stage,
@@ -238,7 +232,7 @@ struct dpl_runner {
 	char errmsg[512];
 	/* stats and trace */
 	struct dpl_runner_stats st;
-	struct dpl__trace_ev *trace;
+	struct dpl_runner_event *trace;
 	size_t trace_cap, trace_len;
 };
 

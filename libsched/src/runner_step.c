@@ -900,9 +900,9 @@ static void trace_add(dpl_runner *r, struct dpl_action a, uint64_t t0,
 		r->st.trace_dropped++;
 		return;
 	}
-	r->trace[r->trace_len].a = a;
-	r->trace[r->trace_len].start = t0;
-	r->trace[r->trace_len].end = t1;
+	r->trace[r->trace_len].action = a;
+	r->trace[r->trace_len].start_ns = t0;
+	r->trace[r->trace_len].end_ns = t1;
 	r->trace_len++;
 }
 

@@ -27,28 +27,35 @@ int dpl_runner_stage_stats(const dpl_runner *r, uint32_t stage,
 }
 
 static int write_event(FILE *f, const dpl_runner *r,
-		       const struct dpl__trace_ev *e, uint64_t origin,
+		       const struct dpl_runner_event *e, uint64_t origin,
 		       bool *first)
 {
 	char t[DPL_ACTION_TEXT_MAX];
-	const char *kind = dpl_action_kind_name(e->a.kind);
+	const char *kind = dpl_action_kind_name(e->action.kind);
 
-	if (dpl_action_format(e->a, t, sizeof t) < 0)
+	if (dpl_action_format(e->action, t, sizeof t) < 0)
 		return 0;
 	if (fprintf(f, "%s\n{\"name\":\"%s\",\"cat\":\"%s\",\"ph\":\"X\","
 		    "\"pid\":0,\"tid\":%u,\"ts\":%.3f,\"dur\":%.3f,"
 		    "\"args\":{\"stage\":%u,\"microbatch\":%d,"
 		    "\"iteration\":%llu}}",
 		    *first ? "" : ",", t, kind ? kind : "?", r->rank,
-		    (double)(e->start - origin) / 1000.0,
-		    (double)(e->end - e->start) / 1000.0, e->a.stage,
-		    e->a.microbatch == DPL_NO_MICROBATCH
+		    (double)(e->start_ns - origin) / 1000.0,
+		    (double)(e->end_ns - e->start_ns) / 1000.0, e->action.stage,
+		    e->action.microbatch == DPL_NO_MICROBATCH
 			    ? -1
-			    : (int)e->a.microbatch,
+			    : (int)e->action.microbatch,
 		    (unsigned long long)(r->iter ? r->iter - 1 : 0)) < 0)
 		return DPL_EIO;
 	*first = false;
 	return 0;
+}
+
+const struct dpl_runner_event *dpl_runner_events(const dpl_runner *r,
+					       size_t *n)
+{
+	*n = r != NULL ? r->trace_len : 0;
+	return r != NULL ? r->trace : NULL;
 }
 
 int dpl_runner_write_traces(const dpl_runner *const *r, size_t n, FILE *f)
@@ -65,8 +72,8 @@ int dpl_runner_write_traces(const dpl_runner *const *r, size_t n, FILE *f)
 			return dpl__error(DPL_EINVAL, "runner %zu has no trace "
 					  "(trace_capacity is 0)", i);
 		for (k = 0; k < r[i]->trace_len; k++)
-			if (r[i]->trace[k].start < origin)
-				origin = r[i]->trace[k].start;
+			if (r[i]->trace[k].start_ns < origin)
+				origin = r[i]->trace[k].start_ns;
 	}
 	if (fprintf(f, "{\"displayTimeUnit\":\"ms\",\"traceEvents\":[") < 0)
 		return dpl__error(DPL_EIO, "writing the trace failed");

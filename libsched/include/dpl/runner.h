@@ -252,6 +252,27 @@ DPL_EXTERN int dpl_runner_stage_stats(const dpl_runner *r, uint32_t stage,
 				      struct dpl_runner_stage_stats *out);
 
 /*
+ * One action of the last step, as kept for the trace: `start_ns` is when
+ * its inputs were there (the wait for them left out), `end_ns` when it
+ * returned; CLOCK_MONOTONIC nanoseconds.
+ */
+struct dpl_runner_event {
+	struct dpl_action action;
+	uint64_t start_ns;
+	uint64_t end_ns;
+};
+
+/*
+ * dpl_runner_events - the events of the last step, in the order the
+ * actions ran, and their number in *n (at most trace_capacity; 0 when
+ * the runner keeps no trace). The array belongs to the runner and is
+ * valid until its next dpl_runner_step() or dpl_runner_destroy(); read it
+ * from the stepping thread or while the runner does not step.
+ */
+DPL_EXTERN const struct dpl_runner_event *
+dpl_runner_events(const dpl_runner *r, size_t *n);
+
+/*
  * dpl_runner_write_traces - the last step of each of the `n` runners as
  * one Chrome trace-event JSON document (Perfetto, chrome://tracing): one
  * track per world rank, one complete event per action, microseconds from

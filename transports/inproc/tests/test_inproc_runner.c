@@ -348,6 +348,75 @@ Test(runner, traces_hold_every_action_of_every_rank)
 	free(w);
 }
 
+Test(runner, events_follow_each_ranks_action_list)
+{
+	struct toy_world *w = calloc(1, sizeof *w);
+	uint32_t i;
+
+	w->cfg.world = "events";
+	w->cfg.policy = DPL_POLICY_1F1B;
+	w->cfg.stages = 3;
+	w->cfg.microbatches = 4;
+	w->cfg.iterations = 2;
+	w->cfg.batch = 8;
+	w->cfg.trace_capacity = 1024;
+	w->cfg.fail_rank = w->cfg.silent_rank = w->cfg.leave_rank = -1;
+	cr_assert_eq(toy_run(w), 0);
+	for (i = 0; i < w->world; i++) {
+		const struct dpl_runner_event *ev;
+		const struct dpl_action *list;
+		size_t n, nlist, k;
+
+		ev = dpl_runner_events(w->res[i].runner, &n);
+		list = dpl_schedule_actions(w->sched, i, &nlist);
+		cr_assert_not_null(list);
+		/* The last step only, every action once, in list order. */
+		cr_assert_eq(n, nlist, "rank %u: %zu events, %zu actions", i,
+			     n, nlist);
+		for (k = 0; k < n; k++) {
+			cr_assert(ev[k].action.kind == list[k].kind &&
+				  ev[k].action.stage == list[k].stage &&
+				  ev[k].action.microbatch ==
+					  list[k].microbatch,
+				  "rank %u event %zu", i, k);
+			cr_assert_leq(ev[k].start_ns, ev[k].end_ns);
+			if (k > 0)
+				cr_assert_geq(ev[k].start_ns,
+					      ev[k - 1].end_ns);
+		}
+		cr_assert_eq(w->res[i].st.trace_dropped, 0);
+	}
+	toy_free(w);
+	free(w);
+}
+
+Test(runner, events_stop_at_the_trace_capacity)
+{
+	struct toy_world *w = calloc(1, sizeof *w);
+	size_t n, nlist;
+	uint32_t i;
+
+	w->cfg.world = "events-cap";
+	w->cfg.policy = DPL_POLICY_GPIPE;
+	w->cfg.stages = 2;
+	w->cfg.microbatches = 4;
+	w->cfg.iterations = 1;
+	w->cfg.batch = 4;
+	w->cfg.trace_capacity = 3;
+	w->cfg.fail_rank = w->cfg.silent_rank = w->cfg.leave_rank = -1;
+	cr_assert_eq(toy_run(w), 0);
+	for (i = 0; i < w->world; i++) {
+		cr_assert_not_null(dpl_runner_events(w->res[i].runner, &n));
+		dpl_schedule_actions(w->sched, i, &nlist);
+		cr_assert_eq(n, 3);
+		cr_assert_eq(w->res[i].st.trace_dropped, nlist - 3);
+	}
+	cr_assert_null(dpl_runner_events(NULL, &n));
+	cr_assert_eq(n, 0);
+	toy_free(w);
+	free(w);
+}
+
 Test(runner, a_native_allreduce_replaces_the_ring, .timeout = 60)
 {
 	struct toy_world *w = calloc(1, sizeof *w);
