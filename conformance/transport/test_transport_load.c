@@ -104,3 +104,35 @@ Test(load, table_shorter_than_mandatory_members)
 {
 	expect_fail(FIXTURE_SHORT, DPL_EABI, "16 bytes");
 }
+
+/* SHARED_MODULES: "name=path," for each module built as a shared library
+ * (set by CMake); each exports its own entry point. */
+#ifndef SHARED_MODULES
+#define SHARED_MODULES ""
+#endif
+
+Test(load, each_shared_module_exports_its_entry_point)
+{
+	char list[] = SHARED_MODULES, *save = NULL, *item;
+	int n = 0;
+
+	for (item = strtok_r(list, ",", &save); item != NULL;
+	     item = strtok_r(NULL, ",", &save)) {
+		const struct dpl_transport_ops *o = NULL;
+		char *path = strchr(item, '=');
+		int rc;
+
+		cr_assert_not_null(path, "bad entry '%s'", item);
+		*path++ = '\0';
+		rc = dpl_transport_load(path, &o);
+		cr_assert_eq(rc, 0, "load(%s): %s", path, dpl_last_error());
+		cr_assert_str_eq(o->name, item, "%s holds table '%s'", path,
+				 o->name);
+		n++;
+	}
+	/* inproc is always built; in a static build there is nothing to
+	 * load and the list is empty. */
+	if (strstr(SHARED_MODULES, "inproc=") == NULL)
+		cr_skip_test("no module is built as a shared library");
+	cr_assert_geq(n, 1);
+}
