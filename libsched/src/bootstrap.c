@@ -50,6 +50,7 @@
 #define BS_RETRY_MS 20   /* between connection attempts to the root */
 #define BS_HELLO_MS 1000 /* a connection must say HELLO within this */
 #define BS_DEFAULT_TIMEOUT_MS 60000u
+#define BS_NONE DPL_BOOTSTRAP_NO_RANK
 
 enum bs_type {
 	BS_HELLO = 1,   /* a = rank, b = world size */
@@ -59,7 +60,8 @@ enum bs_type {
 			   failure (0), payload = contribution */
 	BS_RESULT = 5,  /* a = collective number, payload = all of them */
 	BS_ABORT = 6    /* a = -code, b = collective number, payload =
-			   message */
+			   the rank that died (4 bytes, BS_NONE when
+			   none did), then the message */
 };
 
 struct bs_hdr {
@@ -77,6 +79,7 @@ struct dpl_bootstrap {
 	unsigned port;      /* bound (rank 0) or connected to */
 	bool v6;            /* host needs brackets when printed */
 	int broken;         /* error of an earlier failed collective */
+	uint32_t dead;      /* the rank whose death broke it, or BS_NONE */
 	char broken_msg[512];
 };
 
@@ -733,6 +736,7 @@ int dpl_bootstrap_open(const struct dpl_bootstrap_params *p,
 	b = calloc(1, sizeof *b);
 	if (b == NULL)
 		return dpl__error(DPL_ENOMEM, "bootstrap: out of memory");
+	b->dead = BS_NONE;
 	root = p->root;
 	if (root == NULL) {
 		rc = env_root(envroot, sizeof envroot);
@@ -934,12 +938,15 @@ static void abort_all(dpl_bootstrap *b, int code, uint32_t seq)
 	const char *msg = dpl_last_error();
 	uint32_t len = (uint32_t)strnlen(msg, BS_MSG_MAX);
 	uint64_t deadline = now_ms() + 200;
+	unsigned char out[4 + BS_MSG_MAX];
 	uint32_t r;
 
+	put32(out, b->dead);
+	memcpy(out + 4, msg, len);
 	for (r = 1; r < b->world; r++)
 		if (b->fd[r] >= 0)
-			send_msg(b->fd[r], BS_ABORT, (uint32_t)-code, seq, msg,
-				 len, deadline);
+			send_msg(b->fd[r], BS_ABORT, (uint32_t)-code, seq, out,
+				 4 + len, deadline);
 }
 
 static int root_gather(dpl_bootstrap *b, const void *mine, size_t len,
@@ -1004,6 +1011,7 @@ static int root_gather(dpl_bootstrap *b, const void *mine, size_t len,
 				rc = DPL_EIO;
 			if (rc == DPL_EPEER) {
 				close_fd(&b->fd[r]);
+				b->dead = r;
 				rc = dpl__error(rc, "bootstrap: rank %u died "
 						"(closed its connection) in "
 						"collective %u", r, seq);
@@ -1032,6 +1040,8 @@ static int root_gather(dpl_bootstrap *b, const void *mine, size_t len,
 			rc = read_full(b->fd[r], all + (size_t)r * len, len,
 				       deadline);
 			if (rc != 0) {
+				if (rc == DPL_EPEER)
+					b->dead = r;
 				rc = dpl__error(rc == DPL_EPEER ? rc : DPL_EIO,
 						"bootstrap: rank %u %s in "
 						"collective %u", r,
@@ -1047,6 +1057,8 @@ static int root_gather(dpl_bootstrap *b, const void *mine, size_t len,
 		rc = send_msg(b->fd[r], BS_RESULT, seq, 0, all,
 			      (uint32_t)(len * b->world), deadline);
 		if (rc != 0) {
+			if (rc != DPL_ETIMEDOUT)
+				b->dead = r;
 			rc = dpl__error(rc == DPL_ETIMEDOUT ? rc : DPL_EPEER,
 					"bootstrap: rank %u %s in collective "
 					"%u", r, rc == DPL_ETIMEDOUT
@@ -1086,18 +1098,26 @@ static int leaf_gather(dpl_bootstrap *b, const void *mine, size_t len,
 					   "complete collective %u within %u "
 					   "ms (rank %u waited)", seq,
 					   b->timeout_ms, b->rank));
-	if (rc == DPL_EPEER)
+	if (rc == DPL_EPEER) {
+		b->dead = 0;
 		return broke(b, dpl__error(rc, "bootstrap: rank 0 died "
 					   "(closed its connection) in "
 					   "collective %u", seq));
+	}
 	if (rc != 0)
 		return broke(b, dpl__error(rc, "bootstrap: collective %u with "
 					   "rank 0: %s", seq, strerror(errno)));
 	if (h.type == BS_ABORT) {
 		int code = -(int)h.a;
+		unsigned char dead[4];
 
-		if (recv_text(b->fd[0], h.len, msg, sizeof msg, deadline) != 0)
+		if (h.len < 4 ||
+		    read_full(b->fd[0], dead, sizeof dead, deadline) != 0 ||
+		    recv_text(b->fd[0], h.len - 4, msg, sizeof msg,
+			      deadline) != 0)
 			snprintf(msg, sizeof msg, "(no reason given)");
+		else if (code == DPL_EPEER && get32(dead) < b->world)
+			b->dead = get32(dead);
 		return broke(b, dpl__error(code < 0 ? code : DPL_EIO,
 					   "%s (reported by rank 0)", msg));
 	}
@@ -1108,6 +1128,8 @@ static int leaf_gather(dpl_bootstrap *b, const void *mine, size_t len,
 					   "%u of %u bytes", seq, h.type,
 					   h.len));
 	rc = read_full(b->fd[0], all, h.len, deadline);
+	if (rc == DPL_EPEER)
+		b->dead = 0;
 	if (rc != 0)
 		return broke(b, dpl__error(rc, "bootstrap: rank 0 %s in "
 					   "collective %u",
@@ -1153,21 +1175,29 @@ int dpl_bootstrap_barrier(dpl_bootstrap *b)
 	return dpl_bootstrap_allgather(b, NULL, 0, NULL);
 }
 
-int dpl_bootstrap_check(dpl_bootstrap *b)
+int dpl_bootstrap_check(dpl_bootstrap *b, uint32_t *dead_rank)
 {
 	uint32_t r;
 
+	if (dead_rank != NULL)
+		*dead_rank = DPL_BOOTSTRAP_NO_RANK;
 	if (b == NULL)
 		return dpl__error(DPL_EINVAL, "bootstrap: handle is NULL");
-	if (b->broken == DPL_EPEER)
+	if (b->broken == DPL_EPEER) {
+		if (dead_rank != NULL && b->dead != BS_NONE)
+			*dead_rank = b->dead;
 		return dpl__error(DPL_EPEER, "%s", b->broken_msg);
+	}
 	for (r = 0; r < b->world; r++) {
 		if (r == b->rank || (b->rank != 0 && r != 0))
 			continue;
-		if (b->fd[r] < 0 || peer_gone(b->fd[r]))
+		if (b->fd[r] < 0 || peer_gone(b->fd[r])) {
+			if (dead_rank != NULL)
+				*dead_rank = r;
 			return dpl__error(DPL_EPEER, "bootstrap: rank %u "
 					  "closed its connection (died or "
 					  "left)", r);
+		}
 	}
 	return 0;
 }

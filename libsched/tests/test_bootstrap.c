@@ -193,7 +193,7 @@ static void gather_rank(int idx, struct job *j)
 	}
 	/* Everyone is still connected until everyone left the barrier. */
 	if (o->rc2 == 0)
-		o->rc2 = dpl_bootstrap_check(b);
+		o->rc2 = dpl_bootstrap_check(b, NULL);
 	if (o->rc2 == 0)
 		o->rc2 = dpl_bootstrap_barrier(b);
 	save(o->msg2, o->rc2);
@@ -271,6 +271,7 @@ static void single_rank(int idx, struct job *j)
 	dpl_bootstrap *b = NULL;
 	char small[4];
 	char mine[5] = "abcd", all[5] = "";
+	uint32_t dead = 0;
 
 	o->rc = dpl_bootstrap_open(&p, &b);
 	save(o->msg, o->rc);
@@ -281,7 +282,8 @@ static void single_rank(int idx, struct job *j)
 	o->bad += dpl_bootstrap_allgather(b, mine, 5, all) != 0;
 	o->bad += memcmp(all, "abcd", 5) != 0;
 	o->bad += dpl_bootstrap_barrier(b) != 0;
-	o->bad += dpl_bootstrap_check(b) != 0;
+	o->bad += dpl_bootstrap_check(b, &dead) != 0;
+	o->bad += dead != DPL_BOOTSTRAP_NO_RANK;
 	dpl_bootstrap_close(b);
 }
 
@@ -360,7 +362,7 @@ static void dying_rank(int idx, struct job *j)
 {
 	struct rank_out *o = &j->out[idx];
 	dpl_bootstrap *b = NULL;
-	uint32_t v = 1, all[3];
+	uint32_t v = 1, all[3], dead = 0;
 
 	o->rc = open_rank(j, (uint32_t)idx, 3, 5000, &b);
 	save(o->msg, o->rc);
@@ -376,6 +378,10 @@ static void dying_rank(int idx, struct job *j)
 	/* The channel stays failed, with the same cause. */
 	o->bad += dpl_bootstrap_allgather(b, &v, sizeof v, all) != o->rc2;
 	o->bad += strstr(dpl_last_error(), "rank 2") == NULL;
+	/* The check names rank 2 as a value too, on rank 0, which saw it
+	 * die, and on rank 1, which rank 0 told. */
+	o->bad += dpl_bootstrap_check(b, &dead) != DPL_EPEER;
+	o->bad += dead != 2;
 	dpl_bootstrap_close(b);
 }
 
@@ -414,6 +420,7 @@ static void watched_rank(int idx, struct job *j)
 {
 	struct rank_out *o = &j->out[idx];
 	dpl_bootstrap *b = NULL;
+	uint32_t dead = 0;
 	int k;
 
 	o->rc = open_rank(j, (uint32_t)idx, 2, 5000, &b);
@@ -427,14 +434,16 @@ static void watched_rank(int idx, struct job *j)
 			sleep_ms(5);
 		raise(SIGKILL);
 	}
-	o->rc2 = dpl_bootstrap_check(b); /* rank 1 is alive */
+	o->rc2 = dpl_bootstrap_check(b, &dead); /* rank 1 is alive */
+	o->bad += dead != DPL_BOOTSTRAP_NO_RANK;
 	atomic_store(&j->flag, 1);
 	for (k = 0; k < 1000; k++) {
-		o->rc = dpl_bootstrap_check(b);
+		o->rc = dpl_bootstrap_check(b, &dead);
 		if (o->rc != 0)
 			break;
 		sleep_ms(5);
 	}
+	o->bad += o->rc == DPL_EPEER && dead != 1;
 	save(o->msg, o->rc);
 	dpl_bootstrap_close(b);
 }
@@ -450,6 +459,7 @@ Test(bootstrap, check_reports_dead_rank, .timeout = 30)
 	cr_expect_eq(j->out[0].rc, DPL_EPEER, "%s", j->out[0].msg);
 	cr_expect(strstr(j->out[0].msg, "rank 1") != NULL, "%s",
 		  j->out[0].msg);
+	cr_expect_eq(j->out[0].bad, 0, "the dead rank as a value");
 }
 
 /* ---- bad collectives and bad joins -------------------------------- */
@@ -618,7 +628,7 @@ Test(bootstrap, bad_parameters_are_named, .timeout = 10)
 	/* Failures write no output. */
 	cr_expect_eq(b, (dpl_bootstrap *)&p);
 	cr_expect_eq(dpl_bootstrap_allgather(NULL, NULL, 0, NULL), DPL_EINVAL);
-	cr_expect_eq(dpl_bootstrap_check(NULL), DPL_EINVAL);
+	cr_expect_eq(dpl_bootstrap_check(NULL, NULL), DPL_EINVAL);
 	dpl_bootstrap_close(NULL);
 }
 

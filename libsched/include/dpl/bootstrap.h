@@ -92,13 +92,19 @@ DPL_EXTERN int dpl_bootstrap_allgather(dpl_bootstrap *b, const void *mine,
 /* dpl_bootstrap_barrier - allgather of nothing: same blocking and errors. */
 DPL_EXTERN int dpl_bootstrap_barrier(dpl_bootstrap *b);
 
+/* No rank: what dpl_bootstrap_check() stores when it knows of none. */
+#define DPL_BOOTSTRAP_NO_RANK UINT32_MAX
+
 /*
  * dpl_bootstrap_check - non-blocking liveness check of the channel:
- * 0 while every peer this rank is connected to is there; DPL_EPEER with
- * the dead rank named in dpl_last_error() once one has closed its end
- * (rank 0 sees every rank; other ranks see rank 0).
+ * 0 while every peer this rank is connected to is there; DPL_EPEER once
+ * one has closed its end (rank 0 sees every rank; other ranks see rank
+ * 0), or once a collective failed because a rank died (rank 0 tells the
+ * others which one). With DPL_EPEER the dead rank is named in
+ * dpl_last_error() and stored in *dead_rank; otherwise *dead_rank is
+ * DPL_BOOTSTRAP_NO_RANK. dead_rank may be NULL. DPL_EINVAL for b == NULL.
  */
-DPL_EXTERN int dpl_bootstrap_check(dpl_bootstrap *b);
+DPL_EXTERN int dpl_bootstrap_check(dpl_bootstrap *b, uint32_t *dead_rank);
 
 /* dpl_bootstrap_close - close the channel and free; NULL is a no-op. */
 DPL_EXTERN void dpl_bootstrap_close(dpl_bootstrap *b);
