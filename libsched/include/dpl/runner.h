@@ -52,7 +52,10 @@
  * each then names the peer it waited for. The message (dpl_last_error()
  * on the calling thread, dpl_runner_last_error() from any thread) names
  * the rank, the action and the peer. A runner that failed stays failed;
- * destroy it.
+ * destroy it. A rank that failed first should keep its transport open
+ * and progressed for a moment (dpl train: up to half a second) before it
+ * closes it: a peer that reads its notice names the rank that failed
+ * first, where one that sees it leave first can only name it as lost.
  *
  * Threads: a runner is used by one thread at a time. Runners of different
  * ranks may run in different threads of one process.
