@@ -105,6 +105,25 @@ static void run_policy(enum dpl_policy pol)
 	}
 }
 
+/* A world of every rank healthy: `stages` stages of one replica each
+ * (change cfg.replicas after), run for `iters` iterations. */
+static struct toy_world *plain_world(const char *name, uint32_t policy,
+				     uint32_t stages, uint32_t mb,
+				     uint32_t iters, uint64_t batch)
+{
+	struct toy_world *w = calloc(1, sizeof *w);
+
+	cr_assert_not_null(w);
+	w->cfg.world = name;
+	w->cfg.policy = policy;
+	w->cfg.stages = stages;
+	w->cfg.microbatches = mb;
+	w->cfg.iterations = iters;
+	w->cfg.batch = batch;
+	w->cfg.fail_rank = w->cfg.silent_rank = w->cfg.leave_rank = -1;
+	return w;
+}
+
 Test(runner, gpipe_moves_every_value_right, .timeout = 120)
 {
 	run_policy(DPL_POLICY_GPIPE);
@@ -278,19 +297,13 @@ Test(runner, a_peer_that_leaves_is_an_error_naming_it, .timeout = 60)
 
 Test(runner, statistics_add_up)
 {
-	struct toy_world *w = calloc(1, sizeof *w);
+	struct toy_world *w;
 	uint64_t sent = 0, recvd = 0, f = 0;
 	uint32_t i;
 
-	w->cfg.world = "stats";
-	w->cfg.policy = DPL_POLICY_1F1B;
-	w->cfg.stages = 2;
-	w->cfg.microbatches = 4;
-	w->cfg.iterations = 2;
-	w->cfg.batch = 8;
+	w = plain_world("stats", DPL_POLICY_1F1B, 2, 4, 2, 8);
 	w->cfg.replicas[0] = 2;
 	w->cfg.replicas[1] = 1;
-	w->cfg.fail_rank = w->cfg.silent_rank = w->cfg.leave_rank = -1;
 	cr_assert_eq(toy_run(w), 0);
 	check_world(w, "stats");
 	for (i = 0; i < w->world; i++) {
@@ -313,21 +326,15 @@ Test(runner, statistics_add_up)
 
 Test(runner, traces_hold_every_action_of_every_rank)
 {
-	struct toy_world *w = calloc(1, sizeof *w);
+	struct toy_world *w;
 	const dpl_runner *rs[TOY_MAX_RANKS];
 	size_t len = 0, n = 0, actions = 0;
 	char *buf = NULL, *p;
 	FILE *f;
 	uint32_t i;
 
-	w->cfg.world = "trace";
-	w->cfg.policy = DPL_POLICY_GPIPE;
-	w->cfg.stages = 3;
-	w->cfg.microbatches = 2;
-	w->cfg.iterations = 1;
-	w->cfg.batch = 4;
+	w = plain_world("trace", DPL_POLICY_GPIPE, 3, 2, 1, 4);
 	w->cfg.trace_capacity = 256;
-	w->cfg.fail_rank = w->cfg.silent_rank = w->cfg.leave_rank = -1;
 	cr_assert_eq(toy_run(w), 0);
 	for (i = 0; i < w->world; i++) {
 		rs[i] = w->res[i].runner;
@@ -350,17 +357,11 @@ Test(runner, traces_hold_every_action_of_every_rank)
 
 Test(runner, events_follow_each_ranks_action_list)
 {
-	struct toy_world *w = calloc(1, sizeof *w);
+	struct toy_world *w;
 	uint32_t i;
 
-	w->cfg.world = "events";
-	w->cfg.policy = DPL_POLICY_1F1B;
-	w->cfg.stages = 3;
-	w->cfg.microbatches = 4;
-	w->cfg.iterations = 2;
-	w->cfg.batch = 8;
+	w = plain_world("events", DPL_POLICY_1F1B, 3, 4, 2, 8);
 	w->cfg.trace_capacity = 1024;
-	w->cfg.fail_rank = w->cfg.silent_rank = w->cfg.leave_rank = -1;
 	cr_assert_eq(toy_run(w), 0);
 	for (i = 0; i < w->world; i++) {
 		const struct dpl_runner_event *ev;
@@ -392,18 +393,12 @@ Test(runner, events_follow_each_ranks_action_list)
 
 Test(runner, events_stop_at_the_trace_capacity)
 {
-	struct toy_world *w = calloc(1, sizeof *w);
+	struct toy_world *w;
 	size_t n, nlist;
 	uint32_t i;
 
-	w->cfg.world = "events-cap";
-	w->cfg.policy = DPL_POLICY_GPIPE;
-	w->cfg.stages = 2;
-	w->cfg.microbatches = 4;
-	w->cfg.iterations = 1;
-	w->cfg.batch = 4;
+	w = plain_world("events-cap", DPL_POLICY_GPIPE, 2, 4, 1, 4);
 	w->cfg.trace_capacity = 3;
-	w->cfg.fail_rank = w->cfg.silent_rank = w->cfg.leave_rank = -1;
 	cr_assert_eq(toy_run(w), 0);
 	for (i = 0; i < w->world; i++) {
 		cr_assert_not_null(dpl_runner_events(w->res[i].runner, &n));
@@ -419,19 +414,13 @@ Test(runner, events_stop_at_the_trace_capacity)
 
 Test(runner, a_native_allreduce_replaces_the_ring, .timeout = 60)
 {
-	struct toy_world *w = calloc(1, sizeof *w);
+	struct toy_world *w;
 	uint32_t i;
 
-	w->cfg.world = "native-ar";
+	w = plain_world("native-ar", DPL_POLICY_1F1B, 2, 5, 2, 7);
 	w->cfg.ops = dpl_test_ar_shim();
-	w->cfg.policy = DPL_POLICY_1F1B;
-	w->cfg.stages = 2;
-	w->cfg.microbatches = 5;
-	w->cfg.iterations = 2;
-	w->cfg.batch = 7;
 	w->cfg.replicas[0] = 3;
 	w->cfg.replicas[1] = 2;
-	w->cfg.fail_rank = w->cfg.silent_rank = w->cfg.leave_rank = -1;
 	cr_assert_eq(toy_run(w), 0);
 	/* The toy's step checks the reduced gradient on every replica. */
 	check_world(w, "native allreduce");
