@@ -526,6 +526,41 @@ int dpl__plan_simulate(const struct dpl_plan *plan, double *ms)
 	return rc;
 }
 
+/*
+ * The frame of dpl_plan_evaluate() and dpl_plan_tune(): a planning
+ * context and a working copy of *plan, and at the end the copy written
+ * back when all went well.
+ */
+static int plan_begin(const dpl_profile *prof, const struct dpl_cluster *c,
+		      const struct dpl_plan_params *p,
+		      const struct dpl_plan *plan, struct dpl__pctx *x,
+		      struct dpl_plan **tmp)
+{
+	int rc;
+
+	if (plan == NULL)
+		return dpl__error(DPL_EINVAL, "plan must not be NULL");
+	if ((rc = dpl__pctx_init(x, prof, c, p)))
+		return rc;
+	*tmp = malloc(sizeof **tmp);
+	if (*tmp == NULL) {
+		dpl__pctx_fini(x);
+		return dpl__error(DPL_ENOMEM, "out of memory");
+	}
+	**tmp = *plan;
+	return 0;
+}
+
+static int plan_end(struct dpl__pctx *x, struct dpl_plan *tmp,
+		    struct dpl_plan *plan, int rc)
+{
+	if (rc == 0)
+		*plan = *tmp;
+	free(tmp);
+	dpl__pctx_fini(x);
+	return rc;
+}
+
 int dpl_plan_evaluate(const dpl_profile *prof, const struct dpl_cluster *c,
 		      const struct dpl_plan_params *p, struct dpl_plan *plan)
 {
@@ -533,26 +568,14 @@ int dpl_plan_evaluate(const dpl_profile *prof, const struct dpl_cluster *c,
 	struct dpl_plan *tmp;
 	int rc;
 
-	if (plan == NULL)
-		return dpl__error(DPL_EINVAL, "plan must not be NULL");
-	if ((rc = dpl__pctx_init(&x, prof, c, p)))
+	if ((rc = plan_begin(prof, c, p, plan, &x, &tmp)) != 0)
 		return rc;
-	tmp = malloc(sizeof *tmp);
-	if (tmp == NULL) {
-		dpl__pctx_fini(&x);
-		return dpl__error(DPL_ENOMEM, "out of memory");
-	}
-	*tmp = *plan;
 	if ((rc = dpl__plan_validate(&x, tmp)) == 0) {
 		dpl__plan_fill(&x, tmp);
 		if (p->rank == DPL_PLAN_RANK_SIM)
 			rc = dpl__plan_simulate(tmp, &tmp->predicted_ms);
 	}
-	if (rc == 0)
-		*plan = *tmp;
-	free(tmp);
-	dpl__pctx_fini(&x);
-	return rc;
+	return plan_end(&x, tmp, plan, rc);
 }
 
 /* ---- choosing the micro-batching ---------------------------------- */
@@ -724,16 +747,8 @@ int dpl_plan_tune(const dpl_profile *prof, const struct dpl_cluster *c,
 	struct dpl_plan *tmp;
 	int rc;
 
-	if (plan == NULL)
-		return dpl__error(DPL_EINVAL, "plan must not be NULL");
-	if ((rc = dpl__pctx_init(&x, prof, c, p)))
+	if ((rc = plan_begin(prof, c, p, plan, &x, &tmp)) != 0)
 		return rc;
-	tmp = malloc(sizeof *tmp);
-	if (tmp == NULL) {
-		dpl__pctx_fini(&x);
-		return dpl__error(DPL_ENOMEM, "out of memory");
-	}
-	*tmp = *plan;
 	/* Check the structure with a placeholder micro-batching. */
 	if (tmp->microbatch_size == 0)
 		tmp->microbatch_size = p->global_batch;
@@ -750,9 +765,5 @@ int dpl_plan_tune(const dpl_profile *prof, const struct dpl_cluster *c,
 	}
 	if (rc == 0)
 		rc = dpl__plan_tune(&x, tmp, NULL);
-	if (rc == 0)
-		*plan = *tmp;
-	free(tmp);
-	dpl__pctx_fini(&x);
-	return rc;
+	return plan_end(&x, tmp, plan, rc);
 }
