@@ -1,12 +1,66 @@
 /*
- * bench.h - clock and median helpers shared by the benchmark programs.
- * Include after defining _POSIX_C_SOURCE (clock_gettime).
+ * bench.h - clock, median and thread helpers shared by the benchmark
+ * programs. Include after defining _POSIX_C_SOURCE (clock_gettime).
  */
 #ifndef DPL_BENCH_H
 #define DPL_BENCH_H
 
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <time.h>
+
+#define BENCH_MAX_RANKS 64
+
+/* What each rank thread of bench_run_ranks() is given. */
+struct bench_rank {
+	void *world;
+	uint32_t rank;
+};
+
+/*
+ * Run fn on n threads, one per rank, each given its struct bench_rank,
+ * and join them. A thread that cannot start ends the program: the others
+ * would wait for it at their barriers.
+ */
+static inline void bench_run_ranks(uint32_t n, void *(*fn)(void *),
+				   void *world)
+{
+	struct bench_rank a[BENCH_MAX_RANKS];
+	pthread_t th[BENCH_MAX_RANKS];
+	uint32_t i;
+
+	if (n > BENCH_MAX_RANKS) {
+		fprintf(stderr, "bench: %u ranks, at most %d\n", n,
+			BENCH_MAX_RANKS);
+		exit(1);
+	}
+	for (i = 0; i < n; i++) {
+		a[i].world = world;
+		a[i].rank = i;
+		if (pthread_create(&th[i], NULL, fn, &a[i]) != 0) {
+			perror("bench: pthread_create");
+			exit(1);
+		}
+	}
+	for (i = 0; i < n; i++)
+		pthread_join(th[i], NULL);
+}
+
+/* From the earliest t0[i] to the latest t1[i], i < n. */
+static inline double bench_span(const double *t0, const double *t1,
+				uint32_t n)
+{
+	double lo = t0[0], hi = t1[0];
+	uint32_t i;
+
+	for (i = 1; i < n; i++) {
+		lo = t0[i] < lo ? t0[i] : lo;
+		hi = t1[i] > hi ? t1[i] : hi;
+	}
+	return hi - lo;
+}
 
 /* Seconds on clock `id` (CLOCK_MONOTONIC, CLOCK_THREAD_CPUTIME_ID...). */
 static inline double bench_seconds(clockid_t id)

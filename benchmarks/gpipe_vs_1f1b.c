@@ -60,16 +60,10 @@ struct world {
 	int rc;
 };
 
-struct arg {
-	struct world *w;
-	uint32_t rank;
-};
-
-
 static void *rank_main(void *p)
 {
-	struct arg *a = p;
-	struct world *w = a->w;
+	struct bench_rank *a = p;
+	struct world *w = a->world;
 	const struct cfg *c = w->c;
 	struct dpl_mlp_params mp = {0};
 	struct dpl_mlp_layout ml = {0};
@@ -165,8 +159,6 @@ static int run(const struct cfg *c, enum dpl_policy pol, uint32_t M,
 {
 	struct dpl_schedule_params sp = {0};
 	struct world *w = calloc(1, sizeof *w);
-	struct arg args[MAX_S];
-	pthread_t th[MAX_S];
 	double it[MAX_REPS * MAX_ROUNDS];
 	uint32_t i, k;
 
@@ -182,25 +174,12 @@ static int run(const struct cfg *c, enum dpl_policy pol, uint32_t M,
 	}
 	snprintf(w->name, sizeof w->name, "g1-%d-%u", (int)pol, M);
 	pthread_barrier_init(&w->bar, NULL, c->S);
-	for (i = 0; i < c->S; i++) {
-		args[i].w = w;
-		args[i].rank = i;
-		pthread_create(&th[i], NULL, rank_main, &args[i]);
-	}
-	for (i = 0; i < c->S; i++)
-		pthread_join(th[i], NULL);
+	bench_run_ranks(c->S, rank_main, w);
 	pthread_barrier_destroy(&w->bar);
 	if (w->rc != 0)
 		return -1;
-	for (k = 0; k < c->reps; k++) {
-		double lo = 1e300, hi = 0;
-
-		for (i = 0; i < c->S; i++) {
-			lo = w->t0[k][i] < lo ? w->t0[k][i] : lo;
-			hi = w->t1[k][i] > hi ? w->t1[k][i] : hi;
-		}
-		res->its[res->nits++] = hi - lo;
-	}
+	for (k = 0; k < c->reps; k++)
+		res->its[res->nits++] = bench_span(w->t0[k], w->t1[k], c->S);
 	memcpy(it, res->its, (size_t)res->nits * sizeof *it);
 	res->policy = dpl_policy_name(pol);
 	res->M = M;

@@ -86,11 +86,6 @@ struct world {
 	int rc;
 };
 
-struct arg {
-	struct world *w;
-	uint32_t rank;
-};
-
 static double ns(clockid_t c)
 {
 	struct timespec t;
@@ -101,8 +96,8 @@ static double ns(clockid_t c)
 
 static void *rank_main(void *p)
 {
-	struct arg *a = p;
-	struct world *w = a->w;
+	struct bench_rank *a = p;
+	struct world *w = a->world;
 	struct dpl_transport_params tp = {0};
 	struct dpl_runner_params rp = {0};
 	uint64_t act[MAX_S];
@@ -183,8 +178,6 @@ static int bench(uint32_t S, uint32_t M, uint32_t reps, struct result *res)
 {
 	struct dpl_schedule_params sp = {0};
 	struct world *w = calloc(1, sizeof *w);
-	pthread_t th[MAX_S];
-	struct arg args[MAX_S];
 	double cpu[MAX_REPS], busy[MAX_REPS], wall[MAX_REPS];
 	double quick[MAX_REPS], share[MAX_REPS];
 	uint32_t i, k;
@@ -206,32 +199,24 @@ static int bench(uint32_t S, uint32_t M, uint32_t reps, struct result *res)
 		w->actions += n;
 	}
 	pthread_barrier_init(&w->bar, NULL, S);
-	for (i = 0; i < S; i++) {
-		args[i].w = w;
-		args[i].rank = i;
-		pthread_create(&th[i], NULL, rank_main, &args[i]);
-	}
-	for (i = 0; i < S; i++)
-		pthread_join(th[i], NULL);
+	bench_run_ranks(S, rank_main, w);
 	pthread_barrier_destroy(&w->bar);
 	if (w->rc != 0)
 		return -1;
 	for (k = 0; k < reps; k++) {
-		double c = 0, b = 0, q = 0, nq = 0, lo = 1e300, hi = 0;
+		double c = 0, b = 0, q = 0, nq = 0;
 
 		for (i = 0; i < S; i++) {
 			c += w->cpu[k][i];
 			b += w->busy[k][i];
 			q += w->quick[k][i];
 			nq += w->nquick[k][i];
-			lo = w->wall0[k][i] < lo ? w->wall0[k][i] : lo;
-			hi = w->wall1[k][i] > hi ? w->wall1[k][i] : hi;
 		}
 		cpu[k] = c / (double)w->actions;
 		busy[k] = b / (double)w->actions;
 		quick[k] = nq > 0 ? q / nq : 0;
 		share[k] = 1.0 - nq / (double)w->actions;
-		wall[k] = (hi - lo) / 1e3;
+		wall[k] = bench_span(w->wall0[k], w->wall1[k], S) / 1e3;
 	}
 	res->S = S;
 	res->M = M;

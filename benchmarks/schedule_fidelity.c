@@ -43,16 +43,10 @@ struct world {
 	int rc;
 };
 
-struct arg {
-	struct world *w;
-	uint32_t rank;
-};
-
-
 static void *rank_main(void *p)
 {
-	struct arg *a = p;
-	struct world *w = a->w;
+	struct bench_rank *a = p;
+	struct world *w = a->world;
 	struct dpl_synthetic_params sp = {0};
 	struct dpl_transport_params tp = {0};
 	struct dpl_runner_params rp = {0};
@@ -133,8 +127,6 @@ static int bench(enum dpl_policy pol, bool skew, uint32_t reps,
 	struct dpl_sim_params simp = {0};
 	struct dpl_sim_summary sum;
 	struct world *w = calloc(1, sizeof *w);
-	struct arg args[S_RANKS];
-	pthread_t th[S_RANKS];
 	double it[MAX_REPS];
 	uint64_t late = 0, calls = 0;
 	dpl_sim *sim = NULL;
@@ -169,25 +161,12 @@ static int bench(enum dpl_policy pol, bool skew, uint32_t reps,
 	w->reps = reps;
 	snprintf(w->name, sizeof w->name, "fidelity-%d-%d", (int)pol, skew);
 	pthread_barrier_init(&w->bar, NULL, S_RANKS);
-	for (i = 0; i < S_RANKS; i++) {
-		args[i].w = w;
-		args[i].rank = i;
-		pthread_create(&th[i], NULL, rank_main, &args[i]);
-	}
-	for (i = 0; i < S_RANKS; i++)
-		pthread_join(th[i], NULL);
+	bench_run_ranks(S_RANKS, rank_main, w);
 	pthread_barrier_destroy(&w->bar);
 	if (w->rc != 0)
 		return -1;
-	for (k = 0; k < reps; k++) {
-		double lo = 1e300, hi = 0;
-
-		for (i = 0; i < S_RANKS; i++) {
-			lo = w->t0[k][i] < lo ? w->t0[k][i] : lo;
-			hi = w->t1[k][i] > hi ? w->t1[k][i] : hi;
-		}
-		it[k] = hi - lo;
-	}
+	for (k = 0; k < reps; k++)
+		it[k] = bench_span(w->t0[k], w->t1[k], S_RANKS);
 	for (i = 0; i < S_RANKS; i++) {
 		late += w->late[i];
 		calls += w->calls[i];
