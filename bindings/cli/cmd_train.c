@@ -1658,7 +1658,8 @@ static int run(int argc, char **argv)
 	struct job *J = calloc(1, sizeof *J);
 	struct result R;
 	uint32_t env_rank = 0, env_world = 0, i;
-	int rc, env = 0;
+	bool env = false;
+	int rc;
 
 	if (J == NULL)
 		return cli_fail(CMD, "out of memory");
@@ -1677,11 +1678,9 @@ static int run(int argc, char **argv)
 	if ((rc = parse(argc, argv, &J->o)) != 0 || (rc = resolve(J)) != 0)
 		goto out;
 	if (J->o.nprocs == 0 &&
-	    (env = cli_launch_env(CMD, &env_rank, &env_world)) == CLI_USAGE) {
-		rc = CLI_USAGE;
+	    (rc = cli_launch_env(CMD, &env, &env_rank, &env_world)) != 0)
 		goto out;
-	}
-	J->procs = J->o.nprocs > 0 || env == 1;
+	J->procs = J->o.nprocs > 0 || env;
 	if ((rc = find_transport(J->o.transport ? J->o.transport
 				 : J->procs	? "shm"
 						: "inproc",

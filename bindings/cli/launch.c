@@ -21,6 +21,10 @@
 #include <arpa/inet.h>
 #include <dirent.h>
 
+#ifdef DPL_HAVE_MPI
+#include <dpl/bootstrap_mpi.h>
+#endif
+
 #include "cli.h"
 #include "launch.h"
 
@@ -81,16 +85,74 @@ static int env_u32(const char *cmd, const char *name, uint32_t min,
 	return 0;
 }
 
-int cli_launch_env(const char *cmd, uint32_t *rank, uint32_t *world)
+/* The variable that says an MPI launcher started us, or NULL. */
+static const char *mpi_launcher(void)
 {
-	const char *r = "DPL_RANK", *w = "DPL_WORLD_SIZE";
+	static const char *const vars[] = {"OMPI_COMM_WORLD_SIZE",
+					   "PMIX_RANK", "PMI_SIZE"};
+	size_t i;
+
+	for (i = 0; i < sizeof vars / sizeof vars[0]; i++)
+		if (getenv(vars[i]) != NULL)
+			return vars[i];
+	return NULL;
+}
+
+/* Under an MPI launcher: agree on the root over MPI, then leave MPI and
+ * put the rank, world size and root into the environment. */
+static int mpi_join(const char *cmd, const char *var)
+{
+#ifdef DPL_HAVE_MPI
+	char root[DPL_BOOTSTRAP_MPI_ROOT_MAX], v[32];
+	uint32_t rank = 0, world = 0;
 	int rc;
 
+	if (MPI_Init(NULL, NULL) != MPI_SUCCESS) {
+		fprintf(stderr, "dpl %s: started by an MPI launcher (%s is "
+			"set) but MPI_Init failed\n", cmd, var);
+		return CLI_FAIL;
+	}
+	rc = dpl_bootstrap_mpi_root(MPI_COMM_WORLD, NULL, root, sizeof root,
+				    &rank, &world);
+	if (rc != 0)
+		fprintf(stderr, "dpl %s: %s\n", cmd, dpl_last_error());
+	/* MPI's part is over: the transports meet on their own. */
+	MPI_Finalize();
+	if (rc != 0)
+		return CLI_FAIL;
+	snprintf(v, sizeof v, "%u", rank);
+	setenv("DPL_RANK", v, 1);
+	snprintf(v, sizeof v, "%u", world);
+	setenv("DPL_WORLD_SIZE", v, 1);
+	setenv("DPL_ROOT", root, 1);
+	return 0;
+#else
+	fprintf(stderr, "dpl %s: started by an MPI launcher (%s is set), "
+		"but this dpl is built without MPI: rebuild with "
+		"-DDPL_WITH_MPI=ON (Open MPI: libopenmpi-dev), or give each "
+		"rank DPL_RANK, DPL_WORLD_SIZE and DPL_ROOT\n", cmd, var);
+	return CLI_FAIL;
+#endif
+}
+
+int cli_launch_env(const char *cmd, bool *found, uint32_t *rank,
+		   uint32_t *world)
+{
+	const char *r = "DPL_RANK", *w = "DPL_WORLD_SIZE", *mpi;
+	int rc;
+
+	*found = false;
 	if (getenv(r) == NULL && getenv(w) == NULL) {
 		r = "RANK";
 		w = "WORLD_SIZE";
-		if (getenv(r) == NULL && getenv(w) == NULL)
-			return 0;
+	}
+	if (getenv(r) == NULL && getenv(w) == NULL) {
+		if ((mpi = mpi_launcher()) == NULL)
+			return CLI_OK;
+		if ((rc = mpi_join(cmd, mpi)) != 0)
+			return rc;
+		r = "DPL_RANK";
+		w = "DPL_WORLD_SIZE";
 	}
 	if ((rc = env_u32(cmd, r, 0, rank)) != 0 ||
 	    (rc = env_u32(cmd, w, 1, world)) != 0)
@@ -100,7 +162,8 @@ int cli_launch_env(const char *cmd, uint32_t *rank, uint32_t *world)
 			cmd, r, *rank, w, *world);
 		return CLI_USAGE;
 	}
-	return 1;
+	*found = true;
+	return CLI_OK;
 }
 
 static void child(const struct cli_launch *p, const char *exe,

@@ -5,6 +5,7 @@
 #ifndef DPL_CLI_LAUNCH_H
 #define DPL_CLI_LAUNCH_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 /* Exit status of a rank process that stopped because another rank failed
@@ -43,9 +44,17 @@ int cli_launch_run(const char *cmd, const struct cli_launch *p);
 /*
  * cli_launch_env - the rank and world size this process was given by a
  * launcher: DPL_RANK and DPL_WORLD_SIZE, else torchrun's RANK and
- * WORLD_SIZE. Returns 1 when found (and valid), 0 when the environment
- * names no rank, or CLI_USAGE after printing which variable is malformed.
+ * WORLD_SIZE, else an MPI launcher's (mpirun, srun: OMPI_COMM_WORLD_SIZE,
+ * PMIX_RANK or PMI_SIZE in the environment). Under MPI, when dpl is built
+ * with it, the ranks agree on a root over MPI_COMM_WORLD
+ * (dpl_bootstrap_mpi_root), then finalise MPI, and this process's
+ * environment gets DPL_RANK, DPL_WORLD_SIZE and DPL_ROOT, so that the
+ * transports meet as under any other launcher. *found says whether the
+ * environment names a rank. Returns CLI_OK, CLI_USAGE after printing
+ * which variable is malformed, or CLI_FAIL after printing why the ranks
+ * could not agree (or that this dpl has no MPI).
  */
-int cli_launch_env(const char *cmd, uint32_t *rank, uint32_t *world);
+int cli_launch_env(const char *cmd, bool *found, uint32_t *rank,
+		   uint32_t *world);
 
 #endif /* DPL_CLI_LAUNCH_H */

@@ -1,8 +1,9 @@
 /*
  * cli_run.h - run the `dpl` binary from a Criterion test: arguments as a
  * NULL-terminated list, stdout and stderr captured through files in the
- * test's scratch directory, exit status returned. Needs DPL_CLI_PATH
- * (dpl_test_uses_cli() in CMake) and a `cli_dir` scratch directory.
+ * test's scratch directory, exit status returned. cli_run() and RUN need
+ * DPL_CLI_PATH (dpl_test_uses_cli() in CMake); cli_spawn() runs any
+ * program the same way.
  */
 #ifndef DPL_TEST_CLI_RUN_H
 #define DPL_TEST_CLI_RUN_H
@@ -33,15 +34,16 @@ static inline void cli_slurp(const char *path, char *buf, size_t n)
 		fclose(f);
 }
 
-static inline void cli_run(struct cli_res *r, const char *dir,
-			   const char *const *args)
+/* Run `prog` with args (NULL-terminated, after argv[0]) and wait. */
+static inline void cli_spawn(struct cli_res *r, const char *dir,
+			     const char *prog, const char *const *args)
 {
 	char *argv[64], out[512], err[512];
 	posix_spawn_file_actions_t fa;
 	pid_t pid;
 	int st, n = 0;
 
-	argv[n++] = (char *)DPL_CLI_PATH;
+	argv[n++] = (char *)prog;
 	while (args[n - 1] && n < 63) {
 		argv[n] = (char *)args[n - 1];
 		n++;
@@ -54,15 +56,23 @@ static inline void cli_run(struct cli_res *r, const char *dir,
 					 O_WRONLY | O_CREAT | O_TRUNC, 0644);
 	posix_spawn_file_actions_addopen(&fa, 2, err,
 					 O_WRONLY | O_CREAT | O_TRUNC, 0644);
-	cr_assert_eq(posix_spawn(&pid, DPL_CLI_PATH, &fa, NULL, argv, environ),
-		     0);
+	cr_assert_eq(posix_spawn(&pid, prog, &fa, NULL, argv, environ), 0,
+		     "cannot run %s", prog);
 	posix_spawn_file_actions_destroy(&fa);
 	cr_assert_eq(waitpid(pid, &st, 0), pid);
-	cr_assert(WIFEXITED(st), "dpl died");
+	cr_assert(WIFEXITED(st), "%s died", prog);
 	r->code = WEXITSTATUS(st);
 	cli_slurp(out, r->out, sizeof r->out);
 	cli_slurp(err, r->err, sizeof r->err);
 }
+
+#ifdef DPL_CLI_PATH
+static inline void cli_run(struct cli_res *r, const char *dir,
+			   const char *const *args)
+{
+	cli_spawn(r, dir, DPL_CLI_PATH, args);
+}
+#endif
 
 /* RUN(&res, "schedule", "--stages", "4", ...) in the scratch dir `dir`. */
 #define RUN(r, ...)                                                           \

@@ -1,0 +1,181 @@
+/*
+ * bootstrap_mpi.c - the root of dpl's TCP rendezvous agreed over an MPI
+ * communicator (dpl/bootstrap_mpi.h): rank 0 picks a free port on the
+ * root host and broadcasts the address, or the reason it could not.
+ */
+#define _POSIX_C_SOURCE 200809L
+#include <errno.h>
+#include <netdb.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <dpl/bootstrap_mpi.h>
+
+/* What rank 0 broadcasts: the root, or the error every rank returns. */
+struct verdict {
+	int32_t code;
+	char root[DPL_BOOTSTRAP_MPI_ROOT_MAX];
+	char msg[400];
+};
+
+static int mpi_error(int mrc, const char *what)
+{
+	char s[MPI_MAX_ERROR_STRING];
+	int n = 0;
+
+	if (MPI_Error_string(mrc, s, &n) != MPI_SUCCESS)
+		snprintf(s, sizeof s, "MPI error %d", mrc);
+	return dpl_set_error(DPL_EIO, "bootstrap over MPI: %s failed: %s",
+			     what, s);
+}
+
+/* Whether every rank of comm shares rank 0's node; collective. */
+static int one_node(MPI_Comm comm, int world, int *one)
+{
+	MPI_Comm node = MPI_COMM_NULL;
+	int mrc, n = 0, here = 0, all = 0;
+
+	mrc = MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, 0,
+				  MPI_INFO_NULL, &node);
+	if (mrc != MPI_SUCCESS)
+		return mpi_error(mrc, "MPI_Comm_split_type");
+	mrc = MPI_Comm_size(node, &n);
+	MPI_Comm_free(&node);
+	if (mrc != MPI_SUCCESS)
+		return mpi_error(mrc, "MPI_Comm_size");
+	here = n == world;
+	/* Every rank sees the same answer (a rank on another node sees a
+	 * smaller node communicator, and so may rank 0's node). */
+	mrc = MPI_Allreduce(&here, &all, 1, MPI_INT, MPI_LAND, comm);
+	if (mrc != MPI_SUCCESS)
+		return mpi_error(mrc, "MPI_Allreduce");
+	*one = all;
+	return 0;
+}
+
+/* Rank 0: bind port 0 on host, keep the port it got; fills v. */
+static void pick(const char *host, struct verdict *v)
+{
+	struct addrinfo hints, *ai = NULL;
+	struct sockaddr_storage sa;
+	socklen_t len = sizeof sa;
+	char num[256], port[32];
+	int fd = -1, rc;
+
+	memset(&hints, 0, sizeof hints);
+	hints.ai_family = AF_UNSPEC;
+	hints.ai_socktype = SOCK_STREAM;
+	rc = getaddrinfo(host, "0", &hints, &ai);
+	if (rc != 0) {
+		v->code = DPL_EIO;
+		snprintf(v->msg, sizeof v->msg, "bootstrap over MPI: root "
+			 "host '%s' does not resolve: %s", host,
+			 gai_strerror(rc));
+		return;
+	}
+	fd = socket(ai->ai_family, SOCK_STREAM, 0);
+	if (fd < 0 || bind(fd, ai->ai_addr, ai->ai_addrlen) != 0 ||
+	    getsockname(fd, (struct sockaddr *)&sa, &len) != 0 ||
+	    getnameinfo((struct sockaddr *)&sa, len, num, sizeof num, port,
+			sizeof port, NI_NUMERICHOST | NI_NUMERICSERV) != 0) {
+		v->code = DPL_EIO;
+		snprintf(v->msg, sizeof v->msg, "bootstrap over MPI: cannot "
+			 "bind a port on root host '%s': %s", host,
+			 strerror(errno));
+	} else if (sa.ss_family == AF_INET6) {
+		snprintf(v->root, sizeof v->root, "[%s]:%s", num, port);
+	} else {
+		snprintf(v->root, sizeof v->root, "%s:%s", num, port);
+	}
+	if (fd >= 0)
+		close(fd);
+	freeaddrinfo(ai);
+}
+
+int dpl_bootstrap_mpi_root(MPI_Comm comm, const char *host, char *root,
+			   size_t size, uint32_t *rank, uint32_t *world_size)
+{
+	struct verdict *v;
+	char name[256];
+	int up = 0, down = 0, me = 0, n = 0, one = 0, mrc, rc;
+
+	if (comm == MPI_COMM_NULL || root == NULL || rank == NULL ||
+	    world_size == NULL)
+		return dpl_set_error(DPL_EINVAL, "bootstrap over MPI: %s is "
+				     "NULL", comm == MPI_COMM_NULL ? "comm"
+				     : root == NULL ? "root"
+				     : rank == NULL ? "rank" : "world_size");
+	if (MPI_Initialized(&up) != MPI_SUCCESS || !up ||
+	    MPI_Finalized(&down) != MPI_SUCCESS || down)
+		return dpl_set_error(DPL_EINVAL, "bootstrap over MPI: MPI is "
+				     "%s", down ? "finalized" : "not "
+				     "initialized (call MPI_Init first)");
+	if ((mrc = MPI_Comm_rank(comm, &me)) != MPI_SUCCESS)
+		return mpi_error(mrc, "MPI_Comm_rank");
+	if ((mrc = MPI_Comm_size(comm, &n)) != MPI_SUCCESS)
+		return mpi_error(mrc, "MPI_Comm_size");
+	if (host == NULL && (rc = one_node(comm, n, &one)) != 0)
+		return rc;
+	v = calloc(1, sizeof *v);
+	if (v == NULL)
+		return dpl_set_error(DPL_ENOMEM, "out of memory");
+	if (me == 0) {
+		if (host == NULL && one)
+			host = "127.0.0.1";
+		if (host == NULL)
+			host = getenv("DPL_MPI_ROOT_HOST");
+		if (host == NULL || host[0] == '\0') {
+			if (gethostname(name, sizeof name) != 0)
+				snprintf(name, sizeof name, "localhost");
+			name[sizeof name - 1] = '\0';
+			host = name;
+		}
+		pick(host, v);
+	}
+	mrc = MPI_Bcast(v, (int)sizeof *v, MPI_BYTE, 0, comm);
+	if (mrc != MPI_SUCCESS) {
+		free(v);
+		return mpi_error(mrc, "MPI_Bcast");
+	}
+	v->msg[sizeof v->msg - 1] = '\0';
+	v->root[sizeof v->root - 1] = '\0';
+	if (v->code != 0)
+		rc = dpl_set_error(v->code, "%s", v->msg);
+	else if (strlen(v->root) >= size)
+		rc = dpl_set_error(DPL_ERANGE, "bootstrap over MPI: root "
+				   "'%s' needs %zu bytes, the buffer has %zu",
+				   v->root, strlen(v->root) + 1, size);
+	else
+		rc = 0;
+	if (rc == 0) {
+		memcpy(root, v->root, strlen(v->root) + 1);
+		*rank = (uint32_t)me;
+		*world_size = (uint32_t)n;
+	}
+	free(v);
+	return rc;
+}
+
+int dpl_bootstrap_open_mpi(MPI_Comm comm, uint32_t timeout_ms,
+			   dpl_bootstrap **out)
+{
+	struct dpl_bootstrap_params p;
+	char root[DPL_BOOTSTRAP_MPI_ROOT_MAX];
+	int rc;
+
+	if (out == NULL)
+		return dpl_set_error(DPL_EINVAL, "bootstrap over MPI: out is "
+				     "NULL");
+	memset(&p, 0, sizeof p);
+	rc = dpl_bootstrap_mpi_root(comm, NULL, root, sizeof root, &p.rank,
+				    &p.world_size);
+	if (rc != 0)
+		return rc;
+	p.root = root;
+	p.timeout_ms = timeout_ms;
+	return dpl_bootstrap_open(&p, out);
+}
