@@ -13,7 +13,9 @@
 #if defined(__GNUC__)
 #define DPL__PRINTF(a, b) __attribute__((format(printf, a, b)))
 #define DPL__COLD __attribute__((cold, noinline))
+#define DPL__NOINLINE __attribute__((noinline))
 #else
+#define DPL__NOINLINE
 #define DPL__PRINTF(a, b)
 #define DPL__COLD
 #endif

@@ -199,7 +199,9 @@ typedef int (*done_fn)(dpl_runner *r, void *arg, uint32_t *peer);
  * done() returns DPL_EAGAIN (not yet, *peer = who we wait for), 0, or a
  * request's error (with *peer).
  */
-static int wait_for(dpl_runner *r, done_fn done, void *arg)
+/* Not inlined, so that callgrind can leave waits out of an action's
+ * count (benchmarks/callgrind_runner_overhead.sh). */
+static DPL__NOINLINE int wait_for(dpl_runner *r, done_fn done, void *arg)
 {
 	uint64_t t0 = 0, now = 0, deadline = 0, left;
 	uint32_t spins = 0, peer = DPL__NONE;
@@ -747,7 +749,8 @@ static int run_step(dpl_runner *r, struct dpl__lstage *ls)
 	return 0;
 }
 
-static int run_action(dpl_runner *r, struct dpl_action a)
+/* Not inlined: callgrind counts actions by it (see wait_for). */
+static DPL__NOINLINE int run_action(dpl_runner *r, struct dpl_action a)
 {
 	struct dpl__lstage *ls = &r->ls[r->lidx[a.stage]];
 	struct dpl__slot *sl;
