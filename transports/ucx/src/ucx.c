@@ -33,6 +33,18 @@
  * is dead, and a peer that said goodbye (fini) is dead. A dead peer's
  * pending requests complete with DPL_EPEER and new posts to it fail.
  *
+ * Closing. Over shared memory a receive of a rendezvous message fetches
+ * the data with cross-memory-attach copies queued on the endpoint; they
+ * run on after a cancel, write into the receive buffer, and UCX 1.13
+ * aborts when a worker is destroyed while they are queued. So fini, a
+ * failing peer and a receive from a peer that left cancel, then progress
+ * until UCX completed the request (settle) before the buffer goes back
+ * or the worker is destroyed. A receive whose fetch fails because its
+ * sender left or died is a peer failure (peer_gone).
+ *
+ * Waiting. wait sleeps in ppoll on the workers' event descriptors, no
+ * longer than until the next liveness sweep.
+ *
  * Error mode. The default keeps UCP_ERR_HANDLING_MODE_NONE, because the
  * PEER mode drops UCX's shared-memory lanes (posix and sysv have no peer
  * failure handler unless UCX_{POSIX,SYSV}_ERROR_HANDLING=y, and cma never
@@ -46,7 +58,9 @@
  * ucp_config_modify, which leaves the process environment alone.
  */
 #define _GNU_SOURCE /* CLOCK_MONOTONIC_COARSE */
+#include <errno.h>
 #include <limits.h>
+#include <poll.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -96,12 +110,14 @@ struct ureq {
 	int status; /* DPL_EAGAIN while pending */
 	bool recv;
 	bool linked;
+	bool failing; /* peer_fail's mark */
 };
 
 struct peer {
 	struct ctx *c;
 	uint32_t rank;
 	ucp_worker_h w; /* this rank's worker for the peer */
+	int efd;        /* w's wake-up descriptor */
 	ucp_ep_h ep;
 	struct ureq *head, *tail; /* pending requests */
 	/* control messages */
@@ -127,6 +143,7 @@ struct peer {
 struct ctx {
 	ucp_context_h uc;
 	struct peer *peers; /* [world]; the own entry has no worker */
+	struct pollfd *pfd; /* [world], for wait */
 	dpl_bootstrap *bs;
 	uint32_t rank;
 	uint32_t world;
@@ -246,6 +263,36 @@ static void release_ucp(struct peer *p, void *ucp, bool recv)
 }
 
 /*
+ * Progress p's worker until UCX request `ucp` has completed or the
+ * monotonic clock passed `end`. A receive matched to a rendezvous
+ * message keeps UCX busy after it was cancelled: with cross-memory attach
+ * its data is fetched by local copies queued on the endpoint, which write
+ * into the receive buffer, and UCX 1.13 aborts when a worker is destroyed
+ * with such copies still queued (ucs_arbiter_group_is_empty). The copies
+ * end, with the data or an error, whatever the peer does, and the request
+ * completes after the last one. Returns whether it completed.
+ */
+static bool settle(struct peer *p, void *ucp, uint64_t end)
+{
+	while (ucp_request_check_status(ucp) == UCS_INPROGRESS) {
+		if (clock_ns(CLOCK_MONOTONIC) > end)
+			return false;
+		ucp_worker_progress(p->w);
+	}
+	return true;
+}
+
+/* Settle every pending receive of p that is still running. */
+static void settle_recvs(struct peer *p, uint64_t end)
+{
+	struct ureq *r;
+
+	for (r = p->head; r != NULL; r = r->next)
+		if (r->recv && r->ucp != NULL && !settle(p, r->ucp, end))
+			return;
+}
+
+/*
  * What a peer sent before it died may still sit in our socket or shared
  * memory queue: take it in before failing anything, so that messages a
  * rank sent just before it left still arrive.
@@ -279,12 +326,19 @@ static void peer_fail(struct ctx *c, struct peer *p, const char *fmt, ...)
 	vsnprintf(p->why, sizeof p->why, fmt, ap);
 	va_end(ap);
 	drain_worker(p);
+	/* What is still pending now fails. A receive that is already
+	 * fetching a rendezvous message cannot be cancelled; the worker is
+	 * settled before its buffer is handed back, so that UCX writes
+	 * nothing into it afterwards. */
+	for (r = p->head; r != NULL; r = r->next) {
+		r->failing = ucp_request_check_status(r->ucp) == UCS_INPROGRESS;
+		if (r->failing && r->recv)
+			ucp_request_cancel(p->w, r->ucp);
+	}
+	settle_recvs(p, clock_ns(CLOCK_MONOTONIC) + DRAIN_NS);
 	for (r = p->head; r != NULL; r = next) {
-		ucs_status_t st;
-
 		next = r->next;
-		st = ucp_request_check_status(r->ucp);
-		if (st != UCS_INPROGRESS)
+		if (!r->failing)
 			continue; /* finished first: test reports it */
 		release_ucp(p, r->ucp, r->recv);
 		r->ucp = NULL;
@@ -604,6 +658,11 @@ static int recv_from_dead(struct ctx *c, struct peer *p, struct ureq *r,
 	if (UCS_PTR_IS_ERR(rp))
 		return peer_error(p);
 	if (ucp_request_check_status(rp) == UCS_INPROGRESS) {
+		/* a rendezvous message: its sender may have let go of the
+		 * data, so it is not taken, but the fetch it started must end
+		 * before the caller has the buffer back */
+		ucp_request_cancel(p->w, rp);
+		settle(p, rp, clock_ns(CLOCK_MONOTONIC) + DRAIN_NS);
 		release_ucp(p, rp, true);
 		return peer_error(p);
 	}
@@ -648,6 +707,25 @@ static int ucx_irecv(void *vctx, void *req, uint32_t peer, uint64_t tag,
 	return 0;
 }
 
+/*
+ * Whether peer p has left or died, looked at closely: a receive failed,
+ * and the usual cause is a rendezvous message whose data the sender let
+ * go of when it left (fini), or whose sender died, before this rank
+ * fetched it. The goodbye then follows in p's queue and is taken in
+ * here, and a vanished process shows through /proc. Bounded by drain.
+ */
+static bool peer_gone(struct ctx *c, struct peer *p)
+{
+	if (!p->dead) {
+		drain_worker(p);
+		if (p->ctrl_ready)
+			ctrl_poll(c, p, coarse_ns());
+	}
+	if (!p->dead && p->pid_check && dpl__ucx_proc_state(&p->id) == 0)
+		peer_fail(c, p, "its process (pid %u) is gone", p->id.pid);
+	return p->dead;
+}
+
 static int ucx_test(void *vctx, void *req)
 {
 	struct ctx *c = vctx;
@@ -688,6 +766,9 @@ static int ucx_test(void *vctx, void *req)
 	ucp_request_free(r->ucp);
 	r->ucp = NULL;
 	unlink_req(p, r);
+	if (rc != 0 && rc != DPL_EPEER && rc != DPL_ETRUNC &&
+	    rc != DPL_ECANCELED && r->recv && peer_gone(c, p))
+		rc = DPL_EPEER;
 	if (rc == DPL_EPEER) {
 		peer_fail(c, p, "UCX reported %s", ucs_status_string(st));
 		rc = peer_error(p);
@@ -710,6 +791,56 @@ static int ucx_cancel(void *vctx, void *req)
 	 * request that already completed reports its result through test. */
 	if (r->ucp != NULL)
 		ucp_request_cancel(c->peers[r->peer].w, r->ucp);
+	return 0;
+}
+
+/*
+ * Sleep until a worker has an event or the liveness sweep is due (its
+ * heartbeats and checks must not wait for the caller's timeout), at most
+ * timeout_ns. Arming a worker fails with UCS_ERR_BUSY while it has work
+ * that needs no event (arrived messages, queued local copies): then
+ * there is no sleep, and the caller's next progress takes it.
+ */
+static int ucx_wait(void *vctx, uint64_t timeout_ns)
+{
+	struct ctx *c = vctx;
+	uint64_t now, limit = timeout_ns;
+	struct timespec ts;
+	nfds_t n = 0;
+	uint32_t j;
+
+	if (c->ncomp != 0 || c->world == 1)
+		return 0;
+	now = coarse_ns();
+	if (now >= c->next_sweep_ns)
+		return 0;
+	if (c->next_sweep_ns - now < limit)
+		limit = c->next_sweep_ns - now;
+	for (j = 0; j < c->world; j++) {
+		struct peer *p = &c->peers[j];
+		ucs_status_t st;
+
+		if (p->w == NULL)
+			continue;
+		if (p->ctrl_ready || p->failed != UCS_OK)
+			return 0;
+		st = ucp_worker_arm(p->w);
+		if (st == UCS_ERR_BUSY)
+			return 0;
+		if (st != UCS_OK)
+			return dpl_set_error(DPL_EIO, "ucx: arming the worker "
+					     "for rank %u: %s", j,
+					     ucs_status_string(st));
+		c->pfd[n].fd = p->efd;
+		c->pfd[n].events = POLLIN;
+		c->pfd[n].revents = 0;
+		n++;
+	}
+	ts.tv_sec = (time_t)(limit / 1000000000u);
+	ts.tv_nsec = (long)(limit % 1000000000u);
+	if (ppoll(c->pfd, n, &ts, NULL) < 0 && errno != EINTR)
+		return dpl_set_error(DPL_EIO, "ucx: waiting for UCX "
+				     "events: %s", strerror(errno));
 	return 0;
 }
 
@@ -773,15 +904,38 @@ static void say_goodbye(struct ctx *c)
 	drain(c, flushed, FINI_DRAIN_NS);
 }
 
-/* Everything init built, in reverse; `bye` tells live peers first. */
+/*
+ * Everything init built, in reverse; `bye` tells live peers first.
+ * Pending receives are cancelled and their requests kept until UCX has
+ * finished with them (settle), within FINI_DRAIN_NS for all peers
+ * together, so that nothing writes into a caller's buffer after fini and
+ * no worker is destroyed with copies still queued.
+ */
 static void teardown(struct ctx *c, bool bye)
 {
+	uint64_t end;
 	uint32_t j;
 
 	for (j = 0; c->peers != NULL && j < c->world; j++) {
 		struct peer *p = &c->peers[j];
+		struct ureq *r;
+
+		for (r = p->head; r != NULL; r = r->next)
+			if (r->recv &&
+			    ucp_request_check_status(r->ucp) == UCS_INPROGRESS)
+				ucp_request_cancel(p->w, r->ucp);
+		if (p->crreq != NULL)
+			ucp_request_cancel(p->w, p->crreq);
+	}
+	if (c->peers != NULL && bye)
+		say_goodbye(c);
+	end = clock_ns(CLOCK_MONOTONIC) + FINI_DRAIN_NS;
+	for (j = 0; c->peers != NULL && j < c->world; j++) {
+		struct peer *p = &c->peers[j];
 		struct ureq *r, *next;
 
+		if (p->w != NULL)
+			settle_recvs(p, end);
 		for (r = p->head; r != NULL; r = next) {
 			next = r->next;
 			release_ucp(p, r->ucp, r->recv);
@@ -789,12 +943,6 @@ static void teardown(struct ctx *c, bool bye)
 			r->status = DPL_ECANCELED;
 			unlink_req(p, r);
 		}
-	}
-	if (c->peers != NULL && bye)
-		say_goodbye(c);
-	for (j = 0; c->peers != NULL && j < c->world; j++) {
-		struct peer *p = &c->peers[j];
-
 		release_ucp(p, p->crreq, true);
 		release_ucp(p, p->beat_req, false);
 		release_ucp(p, p->bye_req, false);
@@ -810,6 +958,8 @@ static void teardown(struct ctx *c, bool bye)
 	c->uc = NULL;
 	free(c->peers);
 	c->peers = NULL;
+	free(c->pfd);
+	c->pfd = NULL;
 	dpl_bootstrap_close(c->bs);
 	c->bs = NULL;
 }
@@ -905,7 +1055,7 @@ static int open_context(struct ctx *c)
 			 UCP_PARAM_FIELD_REQUEST_SIZE |
 			 UCP_PARAM_FIELD_MT_WORKERS_SHARED |
 			 UCP_PARAM_FIELD_ESTIMATED_NUM_EPS;
-	prm.features = UCP_FEATURE_TAG;
+	prm.features = UCP_FEATURE_TAG | UCP_FEATURE_WAKEUP;
 	prm.request_size = sizeof(struct recv_note);
 	prm.mt_workers_shared = 0;
 	prm.estimated_num_eps = 1;
@@ -1156,7 +1306,8 @@ static int ucx_init(void *vctx, const struct dpl_transport_params *p)
 	if (c->beat_every_ns > BEAT_MAX_NS)
 		c->beat_every_ns = BEAT_MAX_NS;
 	c->peers = calloc(c->world, sizeof *c->peers);
-	if (c->peers == NULL)
+	c->pfd = calloc(c->world, sizeof *c->pfd);
+	if (c->peers == NULL || c->pfd == NULL)
 		return dpl_set_error(DPL_ENOMEM, "ucx: out of memory for "
 				     "%u peers", c->world);
 	for (j = 0; j < c->world; j++) {
@@ -1184,6 +1335,13 @@ static int ucx_init(void *vctx, const struct dpl_transport_params *p)
 			c->peers[j].w = NULL;
 			rc = dpl_set_error(DPL_EIO, "ucx: worker for rank "
 					   "%u: %s", j,
+					   ucs_status_string(st));
+			goto fail;
+		}
+		st = ucp_worker_get_efd(c->peers[j].w, &c->peers[j].efd);
+		if (st != UCS_OK) {
+			rc = dpl_set_error(DPL_EIO, "ucx: wake-up descriptor "
+					   "of the worker for rank %u: %s", j,
 					   ucs_status_string(st));
 			goto fail;
 		}
@@ -1215,7 +1373,7 @@ DPL_EXTERN const struct dpl_transport_ops dpl_transport_ucx = {
 	.abi_version = DPL_TRANSPORT_ABI_VERSION,
 	.size = sizeof(struct dpl_transport_ops),
 	.name = "ucx",
-	.caps = DPL_TRANSPORT_CAP_PEER_FAILURE,
+	.caps = DPL_TRANSPORT_CAP_PEER_FAILURE | DPL_TRANSPORT_CAP_WAIT,
 	.ctx_size = sizeof(struct ctx),
 	.req_size = sizeof(struct ureq),
 	.init = ucx_init,
@@ -1225,4 +1383,5 @@ DPL_EXTERN const struct dpl_transport_ops dpl_transport_ucx = {
 	.test = ucx_test,
 	.progress = ucx_progress,
 	.cancel = ucx_cancel,
+	.wait = ucx_wait,
 };

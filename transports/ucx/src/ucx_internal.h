@@ -2,7 +2,8 @@
  * ucx_internal.h - declarations shared by the UCX transport's source
  * files; not installed. Internal non-static names carry the dpl__ucx_
  * prefix and stay hidden in the shared library (only the table
- * dpl_transport_ucx is exported).
+ * dpl_transport_ucx and, in the shared build, dpl_transport_plugin_v1
+ * are exported).
  */
 #ifndef DPL_UCX_INTERNAL_H
 #define DPL_UCX_INTERNAL_H
@@ -12,6 +13,12 @@
 #include <stdint.h>
 
 #include <ucs/type/status.h>
+
+#include <dpl/transport.h>
+
+/* The module's table (ucx.c), exported; the plugin entry point of the
+ * shared build returns it. */
+extern DPL_EXTERN const struct dpl_transport_ops dpl_transport_ucx;
 
 /*
  * dpl__ucx_status - the dpl code for a UCS status: 0 for UCS_OK,

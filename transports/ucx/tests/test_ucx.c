@@ -5,7 +5,8 @@
  * receives, ordering, exact source and tag matching, truncation, cancel,
  * bidirectional large sends, a SIGKILLed peer beside a healthy one, a
  * stopped peer and a busy one against the liveness timeout, fini with
- * requests pending, the PEER error mode, loopback pinning, open/close
+ * requests pending, a rank that closes while its peer is to fetch its
+ * rendezvous data, wait, the PEER error mode, loopback pinning, open/close
  * cycles without leaks, and the startup time (reported, not asserted).
  *
  * The only deadlines asserted are the transport's liveness bounds: a
@@ -13,12 +14,14 @@
  * within its timeout plus that bound.
  */
 #define _POSIX_C_SOURCE 200809L
+#define _DEFAULT_SOURCE /* MAP_ANONYMOUS */
 #include <criterion/criterion.h>
 #include <dirent.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -1012,4 +1015,171 @@ BOTH(open_close_cycles_leave_no_files_or_segments, 60)
 	struct job job = {.n = 2, .tls = tls};
 
 	job_run(&job, cycles_fn, NULL);
+}
+
+/* ---- closing with rendezvous data not yet fetched ---------------------- */
+
+#define FETCH_LEN (4u << 20)
+
+/*
+ * Rank 0 sends a rendezvous-sized message to rank 1, closes with the send
+ * in flight and unmaps the data; rank 1's receive must then end as a peer
+ * failure (or with the right data), never an I/O error or wrong data,
+ * and rank 1 must close cleanly with rank 0 dead: UCX 1.13 aborts when a
+ * worker is destroyed with cross-memory-attach copies still queued
+ * (ucs_arbiter_group_is_empty).
+ *  - posted_first (arg non-NULL): rank 1 posts the receive, then stops
+ *    progressing while rank 0 sends and closes; when it progresses again
+ *    the receive matches and its fetch finds no data.
+ *  - otherwise rank 1 keeps progressing, takes in the announcement and
+ *    rank 0's goodbye (a sentinel receive fails), and only then posts the
+ *    receive: it matches a message whose sender is known gone, and the
+ *    fetch it starts must be over before the post returns.
+ */
+static void fetch_gone_fn(struct rank *r, void *arg)
+{
+	bool posted_first = arg != NULL;
+	unsigned char *buf;
+	uint64_t never;
+	void *rq = req_new(r), *sentinel = req_new(r);
+	size_t bad;
+	int rc;
+
+	if (r->id == 1) {
+		buf = xmalloc(r, FETCH_LEN);
+		memset(buf, 0, FETCH_LEN);
+		if (posted_first) {
+			rc = r->o->irecv(r->ctx, rq, 0, 140, buf, FETCH_LEN,
+					 DPL_MEM_HOST);
+			check(r, rc == 0, "irecv: %s", dpl_last_error());
+			token_send(r, 0, TOK + 14, 1);
+			sleep_ms(300); /* rank 0 sends and closes */
+			rc = req_wait(r, rq, LIVENESS_BOUND_MS);
+		} else {
+			rc = r->o->irecv(r->ctx, sentinel, 0, 142, &never,
+					 sizeof never, DPL_MEM_HOST);
+			check(r, rc == 0, "irecv: %s", dpl_last_error());
+			token_send(r, 0, TOK + 14, 1);
+			rc = req_wait(r, sentinel, LIVENESS_BOUND_MS);
+			check(r, rc == DPL_EPEER, "receive from a rank that "
+			      "closed: %s", dpl_err_name(rc));
+			rc = r->o->irecv(r->ctx, rq, 0, 140, buf, FETCH_LEN,
+					 DPL_MEM_HOST);
+			if (rc == 0)
+				rc = req_wait(r, rq, LIVENESS_BOUND_MS);
+		}
+		bad = rc == 0 ? pattern_bad(buf, FETCH_LEN, 14) : FETCH_LEN;
+		check(r, rc == DPL_EPEER || (rc == 0 && bad == FETCH_LEN),
+		      "receive of data its sender closed on: %s%s (%s)",
+		      dpl_err_name(rc), rc == 0 ? " with wrong data" : "",
+		      dpl_last_error());
+		rc = r->o->isend(r->ctx, rq, 0, 141, buf, 8, DPL_MEM_HOST);
+		check(r, rc == DPL_EPEER, "send to a closed rank: %s",
+		      dpl_err_name(rc));
+		free(buf);
+		free(sentinel);
+		free(rq);
+		return; /* closes with rank 0 dead */
+	}
+	buf = mmap(NULL, FETCH_LEN, PROT_READ | PROT_WRITE,
+		   MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	check(r, buf != MAP_FAILED, "mmap of %u bytes", FETCH_LEN);
+	pattern_fill(buf, FETCH_LEN, 14);
+	token_recv(r, 1, TOK + 14);
+	rc = r->o->isend(r->ctx, rq, 1, 140, buf, FETCH_LEN, DPL_MEM_HOST);
+	check(r, rc == 0, "isend: %s", dpl_last_error());
+	spin_ms(r, 20);
+	dpl_transport_close(r->t);
+	r->t = NULL;
+	r->ctx = NULL;
+	check(r, munmap(buf, FETCH_LEN) == 0, "munmap");
+	free(sentinel);
+	free(rq);
+}
+
+BOTH(close_before_the_peer_fetched_rendezvous_data, 30)
+{
+	struct job job = {.n = 2, .tls = tls};
+
+	job_run(&job, fetch_gone_fn, "posted first");
+}
+
+BOTH(receive_posted_after_goodbye_matches_unfetched_data, 30)
+{
+	struct job job = {.n = 2, .tls = tls};
+
+	job_run(&job, fetch_gone_fn, NULL);
+}
+
+/* ---- wait ---------------------------------------------------------------- */
+
+/*
+ * Rank 0 waits for a message only through wait and progress while rank 1
+ * keeps it waiting for 2.5 liveness timeouts: the waiting rank must keep
+ * its heartbeats going (rank 1 would otherwise find it silent and fail
+ * its send), must sleep in wait rather than return at once (far fewer
+ * calls than a spinning loop makes), and the message must arrive. Then
+ * rank 1 is killed while rank 0 waits.
+ */
+#define WAIT_LIVENESS_MS 400u
+
+static void wait_fn(struct rank *r, void *arg)
+{
+	uint64_t v = 0, waits = 0;
+	void *rq;
+	int rc;
+
+	if (r->id == 1) {
+		token_recv(r, 0, TOK + 15);
+		spin_ms(r, WAIT_LIVENESS_MS * 5 / 2);
+		v = 0x5157;
+		send_now(r, 0, 150, &v, sizeof v);
+		token_recv(r, 0, TOK + 16);
+		raise(SIGKILL);
+		return;
+	}
+	check(r, (r->o->caps & DPL_TRANSPORT_CAP_WAIT) && r->o->wait != NULL,
+	      "the table declares no wait");
+	rq = req_new(r);
+	rc = r->o->irecv(r->ctx, rq, 1, 150, &v, sizeof v, DPL_MEM_HOST);
+	check(r, rc == 0, "irecv: %s", dpl_last_error());
+	token_send(r, 1, TOK + 15, 1);
+	while ((rc = r->o->test(r->ctx, rq)) == DPL_EAGAIN) {
+		rc = r->o->wait(r->ctx, 60000000000ull);
+		check(r, rc == 0, "wait: %s", dpl_last_error());
+		check(r, r->o->progress(r->ctx) >= 0, "progress: %s",
+		      dpl_last_error());
+		waits++;
+	}
+	check(r, rc == 0, "receive while waiting: %s (%s)", dpl_err_name(rc),
+	      dpl_last_error());
+	check(r, v == 0x5157, "received %#llx", (unsigned long long)v);
+	/* one wake-up per liveness sweep (100 ms at most) and one per
+	 * heartbeat or message: a few dozen; a wait that never slept would
+	 * have been called hundreds of thousands of times */
+	check(r, waits < 2000, "wait returned %llu times in %u ms",
+	      (unsigned long long)waits, WAIT_LIVENESS_MS * 5 / 2);
+	/* a peer that dies while this rank sleeps in wait is found by the
+	 * sweep that wait wakes up for: a wait without that bound would
+	 * sleep its whole minute, past the test's timeout */
+	rc = r->o->irecv(r->ctx, rq, 1, 151, &v, sizeof v, DPL_MEM_HOST);
+	check(r, rc == 0, "irecv: %s", dpl_last_error());
+	token_send(r, 1, TOK + 16, 1);
+	while ((rc = r->o->test(r->ctx, rq)) == DPL_EAGAIN) {
+		check(r, r->o->wait(r->ctx, 60000000000ull) == 0, "wait: %s",
+		      dpl_last_error());
+		check(r, r->o->progress(r->ctx) >= 0, "progress: %s",
+		      dpl_last_error());
+	}
+	check(r, rc == DPL_EPEER, "receive from a rank killed during wait: "
+	      "%s", dpl_err_name(rc));
+	free(rq);
+}
+
+BOTH(wait_sleeps_keeps_heartbeats_and_wakes_for_messages, 30)
+{
+	struct job job = {.n = 2, .tls = tls, .timeout_ms = WAIT_LIVENESS_MS,
+			  .killed = 1u << 1};
+
+	job_run(&job, wait_fn, NULL);
 }
