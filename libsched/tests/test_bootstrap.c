@@ -26,6 +26,8 @@
 
 #include <dpl/bootstrap.h>
 
+#include "forked_ranks.h"
+
 #define MAXR 8
 
 struct rank_out {
@@ -37,47 +39,23 @@ struct rank_out {
 	char root[128];
 };
 
+struct job;
+typedef void (*rank_fn)(int idx, struct job *j);
+
 struct job {
 	struct rank_out out[MAXR];
 	atomic_int arrive[64];
 	atomic_int flag;
 	unsigned port;
+	rank_fn fn; /* what the forked ranks run */
 };
-
-typedef void (*rank_fn)(int idx, struct job *j);
-
-static unsigned pick_port(void)
-{
-	struct sockaddr_in a;
-	socklen_t len = sizeof a;
-	int fd = socket(AF_INET, SOCK_STREAM, 0);
-
-	cr_assert(fd >= 0);
-	memset(&a, 0, sizeof a);
-	a.sin_family = AF_INET;
-	a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-	cr_assert(bind(fd, (struct sockaddr *)&a, sizeof a) == 0);
-	cr_assert(getsockname(fd, (struct sockaddr *)&a, &len) == 0);
-	close(fd);
-	return ntohs(a.sin_port);
-}
 
 static struct job *job_new(void)
 {
-	struct job *j = mmap(NULL, sizeof *j, PROT_READ | PROT_WRITE,
-			     MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+	struct job *j = fr_shared(sizeof *j);
 
-	cr_assert(j != MAP_FAILED);
-	memset(j, 0, sizeof *j);
-	j->port = pick_port();
+	j->port = fr_pick_port();
 	return j;
-}
-
-static void sleep_ms(int ms)
-{
-	struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
-
-	nanosleep(&ts, NULL);
 }
 
 static void save(char *dst, int rc)
@@ -85,48 +63,18 @@ static void save(char *dst, int rc)
 	snprintf(dst, 512, "%s", rc ? dpl_last_error() : "");
 }
 
-/* Fork one process per entry of fn[]; each runs fn(i, j) and exits. */
-static void spawn(pid_t *pid, int n, rank_fn fn, struct job *j)
+static void run_rank(int idx, void *arg)
 {
-	int i;
+	struct job *j = arg;
 
-	for (i = 0; i < n; i++) {
-		pid[i] = fork();
-		cr_assert(pid[i] >= 0);
-		if (pid[i] == 0) {
-			fn(i, j);
-			_exit(0);
-		}
-	}
+	j->fn(idx, j);
 }
 
-/* Wait for all of them, killing stragglers after timeout_ms. Returns the
- * number that exited with status 0. */
-static int reap(pid_t *pid, int n, int timeout_ms)
+/* Fork one process per rank; rank i runs fn(i, j) and exits. */
+static void spawn(pid_t *pid, int n, rank_fn fn, struct job *j)
 {
-	int i, ok = 0, left = n, waited = 0, st;
-
-	while (left > 0 && waited < timeout_ms) {
-		for (i = 0; i < n; i++) {
-			if (pid[i] <= 0)
-				continue;
-			if (waitpid(pid[i], &st, WNOHANG) == pid[i]) {
-				ok += WIFEXITED(st) && WEXITSTATUS(st) == 0;
-				pid[i] = 0;
-				left--;
-			}
-		}
-		if (left > 0) {
-			sleep_ms(5);
-			waited += 5;
-		}
-	}
-	for (i = 0; i < n; i++)
-		if (pid[i] > 0) {
-			kill(pid[i], SIGKILL);
-			waitpid(pid[i], &st, 0);
-		}
-	return ok;
+	j->fn = fn;
+	fr_spawn(pid, n, run_rank, j);
 }
 
 static int open_rank(struct job *j, uint32_t rank, uint32_t world,
@@ -208,7 +156,7 @@ Test(bootstrap, allgather_four_ranks, .timeout = 30)
 	int i;
 
 	spawn(pid, 4, gather_rank, j);
-	cr_assert_eq(reap(pid, 4, 20000), 4);
+	cr_assert_eq(fr_reap(pid, 4, 20000), 4);
 	snprintf(want, sizeof want, "127.0.0.1:%u", j->port);
 	for (i = 0; i < 4; i++) {
 		cr_expect_eq(j->out[i].rc, 0, "rank %d open: %s", i,
@@ -234,7 +182,7 @@ static void barrier_rank(int idx, struct job *j)
 	for (k = 0; k < 40; k++) {
 		/* Stagger the ranks so that early ones really wait. */
 		if ((k + idx) % 3 == 0)
-			sleep_ms(2);
+			fr_sleep_ms(2);
 		atomic_fetch_add(&j->arrive[k], 1);
 		o->rc2 = dpl_bootstrap_barrier(b);
 		if (o->rc2 != 0) {
@@ -254,7 +202,7 @@ Test(bootstrap, barrier_waits_for_everyone, .timeout = 30)
 	int i;
 
 	spawn(pid, 3, barrier_rank, j);
-	cr_assert_eq(reap(pid, 3, 20000), 3);
+	cr_assert_eq(fr_reap(pid, 3, 20000), 3);
 	for (i = 0; i < 3; i++) {
 		cr_expect_eq(j->out[i].rc, 0, "rank %d: %s", i, j->out[i].msg);
 		cr_expect_eq(j->out[i].rc2, 0, "rank %d: %s", i,
@@ -294,7 +242,7 @@ Test(bootstrap, world_of_one_picks_a_port, .timeout = 10)
 	unsigned port = 0;
 
 	spawn(pid, 1, single_rank, j);
-	cr_assert_eq(reap(pid, 1, 5000), 1);
+	cr_assert_eq(fr_reap(pid, 1, 5000), 1);
 	cr_assert_eq(j->out[0].rc, 0, "%s", j->out[0].msg);
 	cr_expect_eq(j->out[0].bad, 0);
 	cr_expect_eq(j->out[0].rc2, (int)strlen(j->out[0].root));
@@ -311,7 +259,7 @@ static void partial_rank(int idx, struct job *j)
 	dpl_bootstrap *b = NULL;
 
 	if (idx == 1)
-		sleep_ms(100); /* rank 0 listens first: it owns the verdict */
+		fr_sleep_ms(100); /* rank 0 listens first: it owns the verdict */
 	o->rc = open_rank(j, (uint32_t)idx, 3, 600, &b);
 	save(o->msg, o->rc);
 	dpl_bootstrap_close(b);
@@ -323,7 +271,7 @@ Test(bootstrap, rank_that_never_arrives_is_named, .timeout = 20)
 	pid_t pid[2];
 
 	spawn(pid, 2, partial_rank, j); /* ranks 0 and 1 of 3 */
-	cr_assert_eq(reap(pid, 2, 10000), 2);
+	cr_assert_eq(fr_reap(pid, 2, 10000), 2);
 	cr_expect_eq(j->out[0].rc, DPL_ETIMEDOUT, "%s", j->out[0].msg);
 	cr_expect(strstr(j->out[0].msg, "rank 2 never arrived") != NULL,
 		  "rank 0: %s", j->out[0].msg);
@@ -349,7 +297,7 @@ Test(bootstrap, absent_root_is_named, .timeout = 20)
 	char want[64];
 
 	spawn(pid, 1, orphan_rank, j);
-	cr_assert_eq(reap(pid, 1, 10000), 1);
+	cr_assert_eq(fr_reap(pid, 1, 10000), 1);
 	snprintf(want, sizeof want, "root 127.0.0.1:%u (rank 0) did not "
 		 "answer rank 1", j->port);
 	cr_expect_eq(j->out[0].rc, DPL_ETIMEDOUT);
@@ -393,7 +341,7 @@ static void check_dead_rank_named(int how)
 
 	atomic_store(&j->flag, how);
 	spawn(pid, 3, dying_rank, j);
-	reap(pid, 3, 15000);
+	fr_reap(pid, 3, 15000);
 	for (i = 0; i < 3; i++)
 		cr_expect_eq(j->out[i].rc, 0, "rank %d open: %s", i,
 			     j->out[i].msg);
@@ -431,7 +379,7 @@ static void watched_rank(int idx, struct job *j)
 	}
 	if (idx == 1) {
 		for (k = 0; k < 2000 && atomic_load(&j->flag) == 0; k++)
-			sleep_ms(5);
+			fr_sleep_ms(5);
 		raise(SIGKILL);
 	}
 	o->rc2 = dpl_bootstrap_check(b, &dead); /* rank 1 is alive */
@@ -441,7 +389,7 @@ static void watched_rank(int idx, struct job *j)
 		o->rc = dpl_bootstrap_check(b, &dead);
 		if (o->rc != 0)
 			break;
-		sleep_ms(5);
+		fr_sleep_ms(5);
 	}
 	o->bad += o->rc == DPL_EPEER && dead != 1;
 	save(o->msg, o->rc);
@@ -454,7 +402,7 @@ Test(bootstrap, check_reports_dead_rank, .timeout = 30)
 	pid_t pid[2];
 
 	spawn(pid, 2, watched_rank, j);
-	reap(pid, 2, 15000);
+	fr_reap(pid, 2, 15000);
 	cr_expect_eq(j->out[0].rc2, 0, "check while alive");
 	cr_expect_eq(j->out[0].rc, DPL_EPEER, "%s", j->out[0].msg);
 	cr_expect(strstr(j->out[0].msg, "rank 1") != NULL, "%s",
@@ -488,7 +436,7 @@ Test(bootstrap, length_mismatch_fails_everyone, .timeout = 30)
 	int i;
 
 	spawn(pid, 3, mismatch_rank, j);
-	cr_assert_eq(reap(pid, 3, 15000), 3);
+	cr_assert_eq(fr_reap(pid, 3, 15000), 3);
 	for (i = 0; i < 3; i++) {
 		cr_expect_eq(j->out[i].rc, 0, "%s", j->out[i].msg);
 		cr_expect_eq(j->out[i].rc2, DPL_EINVAL, "rank %d: %s", i,
@@ -522,7 +470,7 @@ Test(bootstrap, oversize_blob_fails_everyone, .timeout = 30)
 	pid_t pid[2];
 
 	spawn(pid, 2, oversize_rank, j);
-	cr_assert_eq(reap(pid, 2, 15000), 2);
+	cr_assert_eq(fr_reap(pid, 2, 15000), 2);
 	cr_expect_eq(j->out[1].rc2, DPL_EINVAL, "%s", j->out[1].msg2);
 	cr_expect(strstr(j->out[1].msg2, "4097 bytes") != NULL, "%s",
 		  j->out[1].msg2);
@@ -538,7 +486,7 @@ static void twin_rank(int idx, struct job *j)
 	struct rank_out *o = &j->out[idx];
 	dpl_bootstrap *b = NULL;
 
-	sleep_ms(delay[idx]);
+	fr_sleep_ms(delay[idx]);
 	o->rc = open_rank(j, rank[idx], 3, 5000, &b);
 	save(o->msg, o->rc);
 	if (o->rc == 0)
@@ -552,7 +500,7 @@ Test(bootstrap, rank_arriving_twice_is_busy, .timeout = 30)
 	pid_t pid[4];
 
 	spawn(pid, 4, twin_rank, j);
-	cr_assert_eq(reap(pid, 4, 15000), 4);
+	cr_assert_eq(fr_reap(pid, 4, 15000), 4);
 	cr_expect_eq(j->out[0].rc, 0, "%s", j->out[0].msg);
 	cr_expect_eq(j->out[1].rc, 0, "%s", j->out[1].msg);
 	cr_expect_eq(j->out[3].rc, 0, "%s", j->out[3].msg);
@@ -570,7 +518,7 @@ static void wrong_world_rank(int idx, struct job *j)
 	dpl_bootstrap *b = NULL;
 
 	if (idx == 1)
-		sleep_ms(50);
+		fr_sleep_ms(50);
 	o->rc = open_rank(j, (uint32_t)idx, idx == 0 ? 2 : 3, 3000, &b);
 	save(o->msg, o->rc);
 	dpl_bootstrap_close(b);
@@ -583,7 +531,7 @@ Test(bootstrap, world_size_disagreement_fails_both, .timeout = 20)
 	int i;
 
 	spawn(pid, 2, wrong_world_rank, j);
-	cr_assert_eq(reap(pid, 2, 10000), 2);
+	cr_assert_eq(fr_reap(pid, 2, 10000), 2);
 	for (i = 0; i < 2; i++) {
 		cr_expect_eq(j->out[i].rc, DPL_EINVAL, "rank %d: %s", i,
 			     j->out[i].msg);
@@ -731,7 +679,7 @@ Test(bootstrap, torchrun_environment_uses_master_port_plus_one,
 	int i;
 
 	spawn(pid, 2, torchrun_rank, j);
-	cr_assert_eq(reap(pid, 2, 10000), 2);
+	cr_assert_eq(fr_reap(pid, 2, 10000), 2);
 	snprintf(want, sizeof want, "127.0.0.1:%u", j->port);
 	for (i = 0; i < 2; i++) {
 		cr_expect_eq(j->out[i].rc, 0, "rank %d: %s", i, j->out[i].msg);
@@ -808,7 +756,7 @@ Test(bootstrap, open_close_churn_leaks_no_descriptor, .timeout = 60)
 	int i;
 
 	spawn(pid, 2, churn_rank, j);
-	cr_assert_eq(reap(pid, 2, 50000), 2);
+	cr_assert_eq(fr_reap(pid, 2, 50000), 2);
 	for (i = 0; i < 2; i++) {
 		cr_expect_eq(j->out[i].rc, 0, "rank %d: %s", i, j->out[i].msg);
 		cr_expect_eq(j->out[i].bad, 0, "rank %d: %d more descriptors",

@@ -33,6 +33,7 @@
 #include <dpl/transport.h>
 #include <dpl/transport_shm.h>
 
+#include "forked_ranks.h"
 #include "shm_threads.h"
 
 #define MAXR 4
@@ -72,37 +73,11 @@ static uint64_t now_ns(void)
 	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
-static void sleep_ms(int ms)
-{
-	struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
-
-	nanosleep(&ts, NULL);
-}
-
-static unsigned pick_port(void)
-{
-	struct sockaddr_in a;
-	socklen_t len = sizeof a;
-	int fd = socket(AF_INET, SOCK_STREAM, 0);
-
-	cr_assert(fd >= 0);
-	memset(&a, 0, sizeof a);
-	a.sin_family = AF_INET;
-	a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-	cr_assert(bind(fd, (struct sockaddr *)&a, sizeof a) == 0);
-	cr_assert(getsockname(fd, (struct sockaddr *)&a, &len) == 0);
-	close(fd);
-	return ntohs(a.sin_port);
-}
-
 static struct job *job_new(void)
 {
-	struct job *j = mmap(NULL, sizeof *j, PROT_READ | PROT_WRITE,
-			     MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+	struct job *j = fr_shared(sizeof *j);
 
-	cr_assert(j != MAP_FAILED);
-	memset(j, 0, sizeof *j);
-	j->port = pick_port();
+	j->port = fr_pick_port();
 	return j;
 }
 
@@ -121,46 +96,17 @@ static void bad(const char *fmt, ...)
 
 typedef void (*rank_fn)(int rank);
 
-static void spawn(pid_t *pid, int n, rank_fn fn)
+static void run_rank(int i, void *arg)
 {
-	int i;
+	rank_fn fn = *(rank_fn *)arg;
 
-	for (i = 0; i < n; i++) {
-		pid[i] = fork();
-		cr_assert(pid[i] >= 0);
-		if (pid[i] == 0) {
-			RANK = i;
-			fn(i);
-			_exit(0);
-		}
-	}
+	RANK = i;
+	fn(i);
 }
 
-/* Reap all, killing stragglers after timeout_ms; returns clean exits. */
-static int reap(pid_t *pid, int n, int timeout_ms)
+static void spawn(pid_t *pid, int n, rank_fn fn)
 {
-	uint64_t end = now_ns() + (uint64_t)timeout_ms * 1000000u;
-	int i, ok = 0, left = 0, st;
-
-	for (i = 0; i < n; i++)
-		left += pid[i] > 0;
-	while (left > 0 && now_ns() < end) {
-		for (i = 0; i < n; i++)
-			if (pid[i] > 0 && waitpid(pid[i], &st, WNOHANG) ==
-						  pid[i]) {
-				ok += WIFEXITED(st) && WEXITSTATUS(st) == 0;
-				pid[i] = 0;
-				left--;
-			}
-		if (left > 0)
-			sleep_ms(2);
-	}
-	for (i = 0; i < n; i++)
-		if (pid[i] > 0) {
-			kill(pid[i], SIGKILL);
-			waitpid(pid[i], &st, 0);
-		}
-	return ok;
+	fr_spawn(pid, n, run_rank, &fn);
 }
 
 static void run(int n, rank_fn fn, int timeout_ms)
@@ -169,7 +115,7 @@ static void run(int n, rank_fn fn, int timeout_ms)
 	int i;
 
 	spawn(pid, n, fn);
-	cr_assert_eq(reap(pid, n, timeout_ms), n, "a rank crashed or hung");
+	cr_assert_eq(fr_reap(pid, n, timeout_ms), n, "a rank crashed or hung");
 	for (i = 0; i < n; i++) {
 		cr_expect_eq(J->out[i].rc, 0, "rank %d init: %s", i,
 			     J->out[i].msg);
@@ -274,7 +220,7 @@ static bool await_flag(int i, int v, int ms)
 		if (now_ns() > end)
 			return false;
 		else
-			sleep_ms(1);
+			fr_sleep_ms(1);
 	return true;
 }
 
@@ -377,7 +323,7 @@ static void sizes_rank(int rank)
 		await_flag_progress(ctx, 1, 2, 5000);
 		for (k = 0; k < 50; k++) {
 			O->progress(ctx);
-			sleep_ms(1);
+			fr_sleep_ms(1);
 		}
 		for (k = NSIZES; k-- > 0;)
 			if ((rc = O->irecv(ctx, REQ(rr, k), (uint32_t)peer, k,
@@ -1069,14 +1015,14 @@ Test(shm, peer_sigkill_with_healthy_bystander, .timeout = 60)
 	J = job_new();
 	spawn(pid, 3, death_rank);
 	for (i = 0; i < 10000 && atomic_load(&J->flag[0]) < 3; i++)
-		sleep_ms(1);
+		fr_sleep_ms(1);
 	cr_assert_eq(atomic_load(&J->flag[0]), 3, "ranks did not start");
-	sleep_ms(20);
+	fr_sleep_ms(20);
 	atomic_store(&J->kill_ns, now_ns());
 	kill(pid[1], SIGKILL);
 	waitpid(pid[1], NULL, 0);
 	pid[1] = 0;
-	reap(pid, 3, 30000);
+	fr_reap(pid, 3, 30000);
 	for (i = 0; i < 3; i += 2) {
 		cr_expect_eq(J->out[i].rc, 0, "rank %d: %s", i, J->out[i].msg);
 		cr_expect_eq(J->out[i].bad, 0, "rank %d: %s", i,
@@ -1257,7 +1203,7 @@ Test(shm, sigkill_leaves_no_dev_shm_litter, .timeout = 60)
 	spawn(pid, 2, litter_rank);
 	keep[0] = pid[0];
 	keep[1] = pid[1];
-	reap(pid, 2, 20000);
+	fr_reap(pid, 2, 20000);
 	cr_expect_eq(J->out[0].bad, 0, "%s", J->out[0].msg);
 	cr_expect_eq(count_segments(keep, 2), 0,
 		     "segments of the killed job remain");
@@ -1413,7 +1359,7 @@ Test(shm, init_times_out_naming_the_missing_rank, .timeout = 20)
 	J = job_new();
 	spawn(pid, 1, lonely_rank);
 	keep = pid[0];
-	cr_assert_eq(reap(pid, 1, 10000), 1);
+	cr_assert_eq(fr_reap(pid, 1, 10000), 1);
 	cr_expect_eq(J->out[0].st[0], DPL_ETIMEDOUT, "%s", J->out[0].msg);
 	cr_expect(strstr(J->out[0].msg, "rank 1 never arrived") != NULL, "%s",
 		  J->out[0].msg);
@@ -1481,7 +1427,7 @@ static void sleeper_rank(int rank)
 		return;
 	if (rank == 1) {
 		await_flag(0, 1, 5000);
-		sleep_ms(200);
+		fr_sleep_ms(200);
 		v = 42;
 		O->isend(ctx, r, 0, 8, &v, 8, DPL_MEM_HOST);
 		if (wait_one(ctx, r, 5000) != 0)
