@@ -393,6 +393,8 @@ static int join(struct ofi_ctx *c, const struct dpl_transport_params *p,
 		lp[r].port = all[r].udp_port;
 		lp[r].pid = same_host(&ids[r], &me) ? ids[r].pid : 0;
 	}
+	if ((rc = dpl__ofi_data_start(c)) != 0)
+		goto out;
 	rc = dpl__ofi_live_start(c->live, c->rank, c->n, lp, ids[0].nonce,
 				 c->liveness_ms);
 out:

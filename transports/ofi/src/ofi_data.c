@@ -4,8 +4,8 @@
  * exchange for large messages, and failing the requests of dead peers.
  *
  * Everything here runs on the thread that owns the context and allocates
- * nothing: operation slots, control buffers and the sink are set up by
- * dpl__ofi_data_init. See ofi_internal.h for the wire protocol.
+ * nothing: operation slots, control buffers and bounce buffers are set up
+ * by dpl__ofi_data_init. See ofi_internal.h for the wire protocol.
  */
 #define _GNU_SOURCE
 #include <stdio.h>
@@ -20,24 +20,30 @@
 
 #include "ofi_internal.h"
 
-/* Remote CQ data of a message: its length, and whether it is a request
- * to send (then its 8 bytes are the sender's cookie). */
-#define DATA_RTS UINT64_C(1)
-#define DATA(len, rts) (((uint64_t)(len) << 1) | (rts))
-#define RTS_LEN sizeof(uint64_t)
+#define MHDR sizeof(struct ofi_mhdr)
+/* Largest message copied into a stack buffer to be injected. */
+#define STAGE_MAX 4096
 #define SLOT_MASK ((UINT64_C(1) << OFI_SLOT_BITS) - 1)
 #define TAG_LOW ((UINT64_C(1) << 60) - 1)
 /* After a peer is noticed dead, its messages already delivered to this
  * host get this long to be matched before its requests fail. */
 #define PEER_GRACE_NS (100u * 1000000u)
-/* A cancelled receive of a dead peer whose cancellation the provider
- * never reports is completed anyway after this long. */
+/* A cancelled bulk receive of a dead peer whose cancellation the
+ * provider never reports is completed anyway after this long. */
 #define DOOM_WAIT_NS (500u * 1000000u)
 /* A peer that closed with messages still to match: its receives fail
  * once none of them matched for this long. */
 #define CLOSE_IDLE_NS (1000u * 1000000u)
 
 static void complete(struct ofi_ctx *c, struct ofi_op *op, int status);
+static void top_up(struct ofi_ctx *c, uint32_t p);
+
+/* A posted fabric operation that may succeed later: shm 1.17 says
+ * -FI_ENOMEM when its receive entries are in use, which is transient. */
+static bool fabric_busy(int rc)
+{
+	return rc == -FI_EAGAIN || rc == -FI_ENOMEM;
+}
 
 static uint32_t idx_of(const struct ofi_ctx *c, const struct ofi_op *op)
 {
@@ -74,11 +80,13 @@ static struct ofi_op *slot_alloc(struct ofi_ctx *c)
 	op = &c->op[c->free_head - 1];
 	c->free_head = op->next;
 	op->next = 0;
+	op->qnext = 0;
 	op->gen = op->gen + 1 == 0 ? 1 : op->gen + 1;
 	op->req = NULL;
 	op->busy = 0;
 	op->cancelling = 0;
 	op->waiting = 0;
+	op->bulk_rx = 0;
 	op->doom = 0;
 	op->mr.mr = NULL;
 	op->mr.idx = -1;
@@ -131,6 +139,134 @@ static void wait_push(struct ofi_ctx *c, struct ofi_op *op)
 	else
 		c->wait_head = i;
 	c->wait_tail = i;
+}
+
+/* ---- receive queues and bounce buffers ------------------------------ */
+
+static void rq_push(struct ofi_ctx *c, struct ofi_op *op)
+{
+	struct ofi_peer *q = &c->peer[op->peer];
+	uint32_t i = idx_of(c, op) + 1;
+
+	op->qnext = 0;
+	if (q->rq_tail != 0)
+		c->op[q->rq_tail - 1].qnext = i;
+	else
+		q->rq_head = i;
+	q->rq_tail = i;
+}
+
+/* Take the oldest receive of peer p for `tag` (with tag_any: the oldest
+ * receive, or `only` when given) off p's queue. */
+static struct ofi_op *rq_take(struct ofi_ctx *c, uint32_t p, uint64_t tag,
+			      const struct ofi_op *only)
+{
+	struct ofi_peer *q = &c->peer[p];
+	uint32_t i = q->rq_head, prev = 0;
+
+	while (i != 0) {
+		struct ofi_op *op = &c->op[i - 1];
+
+		if (only != NULL ? op == only : op->tag == tag) {
+			if (prev != 0)
+				c->op[prev - 1].qnext = op->qnext;
+			else
+				q->rq_head = op->qnext;
+			if (q->rq_tail == i)
+				q->rq_tail = prev;
+			op->qnext = 0;
+			return op;
+		}
+		prev = i;
+		i = op->qnext;
+	}
+	return NULL;
+}
+
+static struct ofi_mhdr *bhdr(struct ofi_ctx *c, const struct ofi_bounce *b)
+{
+	return (struct ofi_mhdr *)(c->bdata + (size_t)(b - c->bounce) * c->bsz);
+}
+
+static char *bpayload(struct ofi_ctx *c, const struct ofi_bounce *b)
+{
+	return (char *)bhdr(c, b) + MHDR;
+}
+
+static void bounce_free(struct ofi_ctx *c, struct ofi_bounce *b)
+{
+	b->next = c->bfree;
+	c->bfree = (uint32_t)(b - c->bounce) + 1;
+	c->nbfree++;
+}
+
+static struct ofi_bounce *bounce_alloc(struct ofi_ctx *c)
+{
+	struct ofi_bounce *b;
+
+	if (c->bfree == 0)
+		return NULL;
+	b = &c->bounce[c->bfree - 1];
+	c->bfree = b->next;
+	c->nbfree--;
+	b->next = 0;
+	return b;
+}
+
+/* Peers whose bounce buffers could not all be posted get another try
+ * when buffers come back or in progress. */
+static void starve(struct ofi_ctx *c, uint32_t p)
+{
+	if (!c->peer[p].starved) {
+		c->peer[p].starved = true;
+		c->nstarved++;
+	}
+}
+
+static void feed_starved(struct ofi_ctx *c)
+{
+	uint32_t p;
+
+	for (p = 0; p < c->n && c->nstarved != 0 && c->nbfree != 0; p++)
+		if (c->peer[p].starved)
+			top_up(c, p);
+}
+
+static void ux_push(struct ofi_ctx *c, struct ofi_bounce *b)
+{
+	struct ofi_peer *q = &c->peer[b->peer];
+	uint32_t i = (uint32_t)(b - c->bounce) + 1;
+
+	b->next = 0;
+	if (q->ux_tail != 0)
+		c->bounce[q->ux_tail - 1].next = i;
+	else
+		q->ux_head = i;
+	q->ux_tail = i;
+}
+
+static struct ofi_bounce *ux_take(struct ofi_ctx *c, uint32_t p, uint64_t tag)
+{
+	struct ofi_peer *q = &c->peer[p];
+	uint32_t i = q->ux_head, prev = 0;
+
+	while (i != 0) {
+		struct ofi_bounce *b = &c->bounce[i - 1];
+
+		if ((bhdr(c, b)->tag & ~OFI_MH_RTS) == tag) {
+			if (prev != 0)
+				c->bounce[prev - 1].next = b->next;
+			else
+				q->ux_head = b->next;
+			if (q->ux_tail == i)
+				q->ux_tail = prev;
+			b->next = 0;
+			return b;
+		}
+		prev = i;
+		i = b->next;
+	}
+	return NULL;
 }
 
 /* ---- peers ---------------------------------------------------------- */
@@ -190,8 +326,9 @@ static void fail_ops(struct ofi_ctx *c, uint32_t p, uint64_t now,
 			continue;
 		switch (op->state) {
 		case OP_R_HDR:
-			if (what != FAIL_STALLED)
-				doom(c, op, 0, now);
+			if (what != FAIL_STALLED &&
+			    rq_take(c, p, 0, op) != NULL)
+				complete(c, op, DPL_EPEER);
 			break;
 		case OP_R_BULK:
 			if (what == FAIL_ALL)
@@ -235,6 +372,7 @@ static void fail_ops(struct ofi_ctx *c, uint32_t p, uint64_t now,
 static void peer_fail(struct ofi_ctx *c, uint32_t p, uint64_t now)
 {
 	struct ofi_peer *q = &c->peer[p];
+	struct ofi_bounce *b;
 
 	if (q->dying)
 		c->ndying--;
@@ -243,6 +381,14 @@ static void peer_fail(struct ofi_ctx *c, uint32_t p, uint64_t now)
 	q->dying = q->closing = false;
 	q->dead = true;
 	fail_ops(c, p, now, FAIL_ALL);
+	/* Nothing can match its messages any more. */
+	while (q->ux_head != 0) {
+		b = &c->bounce[q->ux_head - 1];
+		q->ux_head = b->next;
+		bounce_free(c, b);
+	}
+	q->ux_tail = 0;
+	feed_starved(c);
 }
 
 /*
@@ -363,7 +509,7 @@ static void ctrl_flush(struct ofi_ctx *c)
 
 	while (c->out_len != 0) {
 		rc = ctrl_inject(c, &c->out[c->out_head]);
-		if (rc == -FI_EAGAIN)
+		if (fabric_busy(rc))
 			return;
 		if (rc != 0 && dpl__ofi_err_is_peer(-rc))
 			notice_peer(c, c->out[c->out_head].peer,
@@ -377,6 +523,7 @@ static void ctrl_send(struct ofi_ctx *c, uint32_t peer, uint32_t type,
 		      uint64_t cookie, uint64_t len)
 {
 	struct ofi_ctrl_out m;
+	uint32_t k;
 	int rc = -FI_EAGAIN;
 
 	if (c->peer[peer].dead)
@@ -392,85 +539,168 @@ static void ctrl_send(struct ofi_ctx *c, uint32_t peer, uint32_t type,
 		rc = ctrl_inject(c, &m);
 	if (rc == 0)
 		return;
-	if (rc != -FI_EAGAIN) {
+	if (!fabric_busy(rc)) {
 		if (dpl__ofi_err_is_peer(-rc))
 			notice_peer(c, peer, dpl__ofi_now());
 		return;
 	}
-	/* Each slot has at most one control message queued: never full. */
+	/* Credits to one peer fold into one queued message. */
+	if (type == OFI_CTRL_CREDIT)
+		for (k = 0; k < c->out_len; k++) {
+			struct ofi_ctrl_out *o =
+				&c->out[(c->out_head + k) % c->out_cap];
+
+			if (o->peer == peer && o->m.type == OFI_CTRL_CREDIT) {
+				o->m.len += len;
+				return;
+			}
+		}
+	/* At most one CTS or NACK per slot and one CREDIT per peer are
+	 * queued: never full. */
 	if (c->out_len < c->out_cap) {
 		c->out[(c->out_head + c->out_len) % c->out_cap] = m;
 		c->out_len++;
 	}
 }
 
+/* Tell p about the bounce buffers posted again for it. */
+static void credit_flush(struct ofi_ctx *c, uint32_t p)
+{
+	struct ofi_peer *q = &c->peer[p];
+
+	if (q->grant == 0)
+		return;
+	ctrl_send(c, p, OFI_CTRL_CREDIT, 0, q->grant);
+	q->grant = 0;
+}
+
+/* ---- bounce buffers: posting ---------------------------------------- */
+
+static int bounce_post(struct ofi_ctx *c, struct ofi_bounce *b, uint32_t p)
+{
+	int rc;
+
+	b->peer = p;
+	rc = (int)fi_trecv(c->ep, bhdr(c, b), c->bsz,
+			   static_desc(c->bdata_mr), c->peer[p].addr,
+			   OFI_TAG_MSG, 0, &b->fc);
+	if (rc == 0) {
+		b->posted = 1;
+		c->peer[p].posted++;
+	}
+	return rc;
+}
+
+/* Keep c->bpp bounce buffers posted for p while the pool has them. */
+static void top_up(struct ofi_ctx *c, uint32_t p)
+{
+	struct ofi_peer *q = &c->peer[p];
+	struct ofi_bounce *b;
+	int rc;
+
+	if (q->starved) {
+		q->starved = false;
+		c->nstarved--;
+	}
+	if (q->dead || p == c->rank)
+		return;
+	while (q->posted < c->bpp) {
+		if ((b = bounce_alloc(c)) == NULL) {
+			starve(c, p);
+			break;
+		}
+		rc = bounce_post(c, b, p);
+		if (rc != 0) {
+			bounce_free(c, b);
+			if (fabric_busy(rc))
+				starve(c, p);
+			else if (dpl__ofi_err_is_peer(-rc))
+				notice_peer(c, p, dpl__ofi_now());
+			break;
+		}
+	}
+}
+
 /* ---- posting -------------------------------------------------------- */
 
-/*
- * A receive: the caller's buffer, then (only when the buffer is shorter
- * than a cookie) the slot's spill area, then the sink. No message sent in
- * one piece is longer than the sink, so the fabric never truncates.
- */
-static int post_recv_hdr(struct ofi_ctx *c, struct ofi_op *op)
+/* Fill the header of a message to op->peer; credits ride along. */
+static void mhdr_fill(struct ofi_ctx *c, struct ofi_mhdr *h, uint32_t peer,
+		      uint64_t tag)
 {
-	struct iovec iov[3];
-	void *desc[3];
-	size_t k = 0;
-
-	if (op->len != 0) {
-		iov[k].iov_base = op->buf;
-		iov[k].iov_len = op->len;
-		desc[k++] = desc_of(c, &op->mr);
-	}
-	if (op->len < RTS_LEN) {
-		iov[k].iov_base = &op->hdr;
-		iov[k].iov_len = sizeof op->hdr;
-		desc[k++] = static_desc(c->op_mr);
-	}
-	iov[k].iov_base = c->sink;
-	iov[k].iov_len = c->sink_len;
-	desc[k++] = static_desc(c->sink_mr);
-	return (int)fi_trecvv(c->ep, iov, c->mr_local ? desc : NULL, k,
-			      c->peer[op->peer].addr, OFI_TAG_MSG | op->tag, 0,
-			      &op->fc[0]);
+	h->tag = tag;
+	h->seq = c->peer[peer].seq_out;
+	h->credit = c->peer[peer].grant;
 }
 
+/* A message went out: it used a credit and its sequence number. */
+static void mhdr_sent(struct ofi_ctx *c, const struct ofi_mhdr *h,
+		      uint32_t peer)
+{
+	struct ofi_peer *q = &c->peer[peer];
+
+	q->seq_out++;
+	q->credits--;
+	q->grant -= h->credit;
+}
+
+/* The eager message of a slot: header and payload from two places. */
 static int post_send_msg(struct ofi_ctx *c, struct ofi_op *op)
 {
-	return (int)fi_tsenddata(c->ep, op->buf, op->len, desc_of(c, &op->mr),
-				 DATA(op->len, 0), c->peer[op->peer].addr,
-				 OFI_TAG_MSG | op->tag, &op->fc[0]);
+	struct iovec iov[2];
+	void *desc[2];
+	int rc;
+
+	mhdr_fill(c, &op->w.h, op->peer, op->tag);
+	iov[0].iov_base = &op->w.h;
+	iov[0].iov_len = MHDR;
+	desc[0] = static_desc(c->op_mr);
+	iov[1].iov_base = op->buf;
+	iov[1].iov_len = op->len;
+	desc[1] = desc_of(c, &op->mr);
+	rc = (int)fi_tsendv(c->ep, iov, c->mr_local ? desc : NULL,
+			    op->len != 0 ? 2 : 1, c->peer[op->peer].addr,
+			    OFI_TAG_MSG, &op->fc[0]);
+	if (rc == 0)
+		mhdr_sent(c, &op->w.h, op->peer);
+	return rc;
 }
 
-/* The request to send: the cookie, with the length in the CQ data.
- * Returns 1 when it went out as an inject (no completion will come), 0
- * when posted, or an fi error. */
+/* The request to send: header, cookie and length. Returns 1 when it went
+ * out as an inject (no completion will come), 0 when posted, or an fi
+ * error. */
 static int post_rts(struct ofi_ctx *c, struct ofi_op *op)
 {
 	int rc;
 
-	if (RTS_LEN <= c->inject) {
-		rc = (int)fi_tinjectdata(c->ep, &op->hdr.cookie, RTS_LEN,
-					 DATA(op->len, DATA_RTS),
-					 c->peer[op->peer].addr,
-					 OFI_TAG_MSG | op->tag);
-		return rc == 0 ? 1 : rc;
+	mhdr_fill(c, &op->w.h, op->peer, op->tag | OFI_MH_RTS);
+	op->w.cookie = cookie_of(c, op);
+	op->w.len = op->len;
+	if (sizeof op->w <= c->inject) {
+		rc = (int)fi_tinject(c->ep, &op->w, sizeof op->w,
+				     c->peer[op->peer].addr, OFI_TAG_MSG);
+		if (rc == 0)
+			rc = 1;
+	} else {
+		rc = (int)fi_tsend(c->ep, &op->w, sizeof op->w,
+				   static_desc(c->op_mr),
+				   c->peer[op->peer].addr, OFI_TAG_MSG,
+				   &op->fc[0]);
 	}
-	return (int)fi_tsenddata(c->ep, &op->hdr.cookie, RTS_LEN,
-				 static_desc(c->op_mr), DATA(op->len, DATA_RTS),
-				 c->peer[op->peer].addr, OFI_TAG_MSG | op->tag,
-				 &op->fc[0]);
+	if (rc >= 0)
+		mhdr_sent(c, &op->w.h, op->peer);
+	return rc;
 }
 
 static void post_bulk_recv(struct ofi_ctx *c, struct ofi_op *op)
 {
-	uint64_t cookie = op->hdr.cookie;
-	int rc;
+	uint64_t cookie = op->w.cookie;
+	int rc = -FI_EAGAIN;
 
-	rc = (int)fi_trecv(c->ep, op->buf, op->len, desc_of(c, &op->mr),
-			   c->peer[op->peer].addr, OFI_TAG_BULK | cookie, 0,
-			   &op->fc[1]);
-	if (rc == -FI_EAGAIN) {
+	if (c->nbulk < c->bulk_max)
+		rc = (int)fi_trecv(c->ep, op->buf, op->len,
+				   desc_of(c, &op->mr), c->peer[op->peer].addr,
+				   OFI_TAG_BULK | cookie, 0, &op->fc[1]);
+	if (fabric_busy(rc)) {
 		op->state = OP_R_BULK_WAIT;
 		wait_push(c, op);
 		return;
@@ -480,6 +710,8 @@ static void post_bulk_recv(struct ofi_ctx *c, struct ofi_op *op)
 		return;
 	}
 	op->busy++;
+	op->bulk_rx = 1;
+	c->nbulk++;
 	op->state = OP_R_BULK;
 	ctrl_send(c, op->peer, OFI_CTRL_CTS, cookie, op->len);
 }
@@ -491,7 +723,7 @@ static void post_bulk_send(struct ofi_ctx *c, struct ofi_op *op)
 	rc = (int)fi_tsend(c->ep, op->buf, op->len, desc_of(c, &op->mr),
 			   c->peer[op->peer].addr,
 			   OFI_TAG_BULK | cookie_of(c, op), &op->fc[1]);
-	if (rc == -FI_EAGAIN) {
+	if (fabric_busy(rc)) {
 		op->state = OP_S_BULK_WAIT;
 		wait_push(c, op);
 		return;
@@ -529,82 +761,119 @@ static void retry_waits(struct ofi_ctx *c)
 	}
 }
 
-/* ---- completions ---------------------------------------------------- */
+/* ---- matching ------------------------------------------------------- */
 
-/* A longer message than its receive spilled `over` bytes into the sink:
- * give those pages back (only ever on this error path). */
-static void sink_release(struct ofi_ctx *c, uint64_t over)
+/* Bounce b (a message of its peer, in sequence) meets receive op. Frees
+ * the bounce buffer. */
+static void deliver(struct ofi_ctx *c, struct ofi_op *op,
+		    struct ofi_bounce *b)
 {
-	size_t n = over < c->sink_len ? (size_t)over : c->sink_len;
+	struct ofi_mhdr *h = bhdr(c, b);
+	uint32_t p = b->peer;
+	size_t mlen = b->len - MHDR;
+	struct ofi_rts w;
 
-	n = (n + 4095) & ~(size_t)4095;
-	if (n > c->sink_len)
-		n = c->sink_len;
-	(void)madvise(c->sink, n, MADV_DONTNEED);
-}
-
-static void on_recv_hdr(struct ofi_ctx *c, struct ofi_op *op, int err,
-			size_t len, uint64_t flags, uint64_t data)
-{
-	uint32_t p = op->peer;
-	uint64_t mlen = data >> 1, cookie;
-	size_t k;
-
-	if (err != 0) {
-		complete(c, op, err == FI_ECANCELED && op->doom == 0
-					? DPL_ECANCELED
-					: op_error(c, op, err));
-		return;
+	if (!(h->tag & OFI_MH_RTS)) {
+		if (mlen == op->len && mlen != 0)
+			memcpy(op->buf, bpayload(c, b), mlen);
+		bounce_free(c, b);
+		complete(c, op, mlen == op->len ? 0 : DPL_ETRUNC);
+	} else {
+		memcpy(&w, h, sizeof w);
+		bounce_free(c, b);
+		op->w.cookie = w.cookie & TAG_LOW;
+		if (op->doom != 0 || c->peer[p].closing || c->peer[p].dead) {
+			/* The payload needs the peer, which is going. */
+			complete(c, op, DPL_EPEER);
+		} else if (w.len != op->len) {
+			ctrl_send(c, p, OFI_CTRL_NACK, op->w.cookie, op->len);
+			complete(c, op, DPL_ETRUNC);
+		} else {
+			post_bulk_recv(c, op);
+		}
 	}
-	if (!(flags & FI_REMOTE_CQ_DATA)) {
-		complete(c, op, DPL_ETRUNC);
-		return;
-	}
-	if (!(data & DATA_RTS)) {
-		/* Sent in one piece: compare the lengths. */
-		complete(c, op, mlen == op->len && len == op->len ? 0
-								 : DPL_ETRUNC);
-		if (mlen > op->len)
-			sink_release(c, mlen - op->len);
-		peer_matched(c, p);
-		return;
-	}
-	if (op->doom != 0 || c->peer[p].closing || c->peer[p].dead ||
-	    len != RTS_LEN) {
-		/* The payload needs the peer, which is going. */
-		complete(c, op, len != RTS_LEN ? DPL_ETRUNC : DPL_EPEER);
-		peer_matched(c, p);
-		return;
-	}
-	/* The cookie landed at the start of the buffer, then the spill. */
-	k = op->len < RTS_LEN ? op->len : RTS_LEN;
-	memcpy(&cookie, op->buf, k);
-	memcpy((char *)&cookie + k, &op->hdr, RTS_LEN - k);
-	op->hdr.cookie = cookie & TAG_LOW;
-	if (mlen != op->len) {
-		ctrl_send(c, p, OFI_CTRL_NACK, op->hdr.cookie, op->len);
-		complete(c, op, DPL_ETRUNC);
-		peer_matched(c, p);
-		return;
-	}
-	post_bulk_recv(c, op);
+	/* Counted once the receive is no longer waiting for a match. */
 	peer_matched(c, p);
 }
 
+/* An arrival in sequence: to the oldest receive of its tag, or kept. */
+static void arrive(struct ofi_ctx *c, struct ofi_bounce *b)
+{
+	struct ofi_op *op;
+
+	/* Its credit goes back: it is out of the provider's hands. */
+	c->peer[b->peer].grant++;
+	op = rq_take(c, b->peer, bhdr(c, b)->tag & ~OFI_MH_RTS, NULL);
+	if (op != NULL)
+		deliver(c, op, b);
+	else
+		ux_push(c, b);
+}
+
+static void on_bounce(struct ofi_ctx *c, struct ofi_bounce *b, int err,
+		      size_t len)
+{
+	uint32_t p = b->peer, d, k;
+	struct ofi_peer *q = &c->peer[p];
+	struct ofi_mhdr *h = bhdr(c, b);
+	uint32_t *ring = c->ooo + (size_t)p * c->credit_max;
+
+	b->posted = 0;
+	q->posted--;
+	if (err != 0 || len < MHDR || len > c->bsz || q->dead) {
+		if (err != 0 && err != FI_ECANCELED && dpl__ofi_err_is_peer(err))
+			notice_peer(c, p, dpl__ofi_now());
+		bounce_free(c, b);
+		if (err == 0 && !q->dead)
+			top_up(c, p);
+		return;
+	}
+	b->len = len;
+	q->credits += h->credit;
+	d = h->seq - q->seq_in;
+	if (d >= c->credit_max || ring[h->seq % c->credit_max] != 0) {
+		/* Not a sequence number p can have used: drop it. */
+		bounce_free(c, b);
+		notice_peer(c, p, dpl__ofi_now());
+		return;
+	}
+	if (d != 0) {
+		ring[h->seq % c->credit_max] = (uint32_t)(b - c->bounce) + 1;
+		q->held++;
+	} else {
+		arrive(c, b);
+		q->seq_in++;
+		while ((k = ring[q->seq_in % c->credit_max]) != 0) {
+			ring[q->seq_in % c->credit_max] = 0;
+			q->held--;
+			arrive(c, &c->bounce[k - 1]);
+			q->seq_in++;
+		}
+	}
+	top_up(c, p);
+	/* Credits go back piggy-backed on our next message to p, or in a
+	 * CREDIT message once a quarter of them is due. */
+	if (q->grant >= (c->credit_max + 3) / 4)
+		credit_flush(c, p);
+}
+
+/* ---- completions ---------------------------------------------------- */
+
 static void on_op(struct ofi_ctx *c, struct ofi_op *op, int which, int err,
-		  size_t len, uint64_t flags, uint64_t data)
+		  size_t len)
 {
 	if (op->busy > 0)
 		op->busy--;
+	if (which == 1 && op->bulk_rx) {
+		op->bulk_rx = 0;
+		c->nbulk--;
+	}
 	if (op->req == NULL) {
 		release_if_idle(c, op);
 		return;
 	}
 	if (which == 0) {
 		switch (op->state) {
-		case OP_R_HDR:
-			on_recv_hdr(c, op, err, len, flags, data);
-			break;
 		case OP_S_MSG:
 			complete(c, op, err != 0 ? op_error(c, op, err) : 0);
 			break;
@@ -633,8 +902,14 @@ static void on_ctrl(struct ofi_ctx *c, struct ofi_ctrl_slot *s, int err)
 	s->posted = false;
 	if (ctrl_post(c, s) != 0)
 		c->ctrl_unposted++;
-	if (err != 0 || m.magic != OFI_CTRL_MAGIC || m.src >= c->n)
+	if (err != 0 || m.magic != OFI_CTRL_MAGIC || m.src >= c->n ||
+	    m.src == c->rank)
 		return;
+	if (m.type == OFI_CTRL_CREDIT) {
+		if (m.len <= c->credit_max)
+			c->peer[m.src].credits += (uint32_t)m.len;
+		return;
+	}
 	idx = m.cookie & SLOT_MASK;
 	if (idx >= c->nop)
 		return;
@@ -648,18 +923,22 @@ static void on_ctrl(struct ofi_ctx *c, struct ofi_ctrl_slot *s, int err)
 		complete(c, op, DPL_ETRUNC);
 }
 
-static void dispatch(struct ofi_ctx *c, void *ctxp, int err, size_t len,
-		     uint64_t flags, uint64_t data)
+static void dispatch(struct ofi_ctx *c, void *ctxp, int err, size_t len)
 {
 	char *p = ctxp;
 
 	if (p == NULL)
 		return;
-	if (p >= (char *)c->op && p < (char *)(c->op + c->nop)) {
+	if (p >= (char *)c->bounce && p < (char *)(c->bounce + c->nbounce)) {
+		size_t i = (size_t)(p - (char *)c->bounce) /
+			   sizeof(struct ofi_bounce);
+
+		on_bounce(c, &c->bounce[i], err, len);
+	} else if (p >= (char *)c->op && p < (char *)(c->op + c->nop)) {
 		size_t i = (size_t)(p - (char *)c->op) / sizeof(struct ofi_op);
 		struct ofi_op *op = &c->op[i];
 
-		on_op(c, op, p == (char *)&op->fc[1], err, len, flags, data);
+		on_op(c, op, p == (char *)&op->fc[1], err, len);
 	} else if (p >= (char *)c->ctrl && p < (char *)(c->ctrl + OFI_NCTRL)) {
 		size_t i = (size_t)(p - (char *)c->ctrl) /
 			   sizeof(struct ofi_ctrl_slot);
@@ -702,8 +981,7 @@ static int cq_drain(struct ofi_ctx *c)
 		n = fi_cq_read(c->cq, e, 16);
 		if (n > 0) {
 			for (i = 0; i < n; i++)
-				dispatch(c, e[i].op_context, 0, e[i].len,
-					 e[i].flags, e[i].data);
+				dispatch(c, e[i].op_context, 0, e[i].len);
 			if (n < 16)
 				return 0;
 			continue;
@@ -715,7 +993,7 @@ static int cq_drain(struct ofi_ctx *c)
 			if (fi_cq_readerr(c->cq, &ee, 0) == 1)
 				dispatch(c, ee.op_context,
 					 ee.err != 0 ? abs(ee.err) : FI_EIO,
-					 ee.len, ee.flags, ee.data);
+					 ee.len);
 			continue;
 		}
 		c->broken = true;
@@ -744,6 +1022,8 @@ static int progress_once(struct ofi_ctx *c)
 		retry_waits(c);
 	if (c->ctrl_unposted != 0)
 		ctrl_repost_all(c);
+	if (c->nstarved != 0)
+		feed_starved(c);
 	if (c->ndying != 0 || c->nclosing != 0 || c->ndoomed != 0)
 		deadlines(c);
 	return 0;
@@ -779,6 +1059,26 @@ static int dead_peer(struct ofi_ctx *c, uint32_t peer)
 	return dpl_set_error(DPL_EPEER, "ofi: rank %u failed", peer);
 }
 
+/* A small message copied with its header into one inject. */
+static int inject_msg(struct ofi_ctx *c, uint32_t peer, uint64_t tag,
+		      const void *buf, size_t len)
+{
+	union {
+		struct ofi_mhdr h;
+		char b[MHDR + STAGE_MAX];
+	} st;
+	int rc;
+
+	mhdr_fill(c, &st.h, peer, tag);
+	if (len != 0)
+		memcpy(st.b + MHDR, buf, len);
+	rc = (int)fi_tinject(c->ep, st.b, MHDR + len, c->peer[peer].addr,
+			     OFI_TAG_MSG);
+	if (rc == 0)
+		mhdr_sent(c, &st.h, peer);
+	return rc;
+}
+
 int dpl__ofi_isend(struct ofi_ctx *c, struct ofi_req *r, uint32_t peer,
 		   uint64_t tag, const void *buf, size_t len)
 {
@@ -788,16 +1088,22 @@ int dpl__ofi_isend(struct ofi_ctx *c, struct ofi_req *r, uint32_t peer,
 
 	if (c->peer[peer].dead || c->peer[peer].closing)
 		return dead_peer(c, peer);
-	if (len <= c->o.inline_max && len <= c->inject) {
-		rc = (int)fi_tinjectdata(c->ep, buf, len, DATA(len, 0),
-					 c->peer[peer].addr, OFI_TAG_MSG | tag);
-		if (rc == -FI_EAGAIN) {
+	if (c->peer[peer].credits == 0) {
+		/* The receiver has no buffer for it yet. */
+		(void)progress_once(c);
+		if (c->peer[peer].dead || c->peer[peer].closing)
+			return dead_peer(c, peer);
+		if (c->peer[peer].credits == 0)
+			return DPL_EAGAIN;
+	}
+	if (len <= c->o.inline_max && MHDR + len <= c->inject &&
+	    len <= STAGE_MAX) {
+		rc = inject_msg(c, peer, tag, buf, len);
+		if (fabric_busy(rc)) {
 			(void)progress_once(c);
-			rc = (int)fi_tinjectdata(c->ep, buf, len, DATA(len, 0),
-						 c->peer[peer].addr,
-						 OFI_TAG_MSG | tag);
+			rc = inject_msg(c, peer, tag, buf, len);
 		}
-		if (rc == -FI_EAGAIN)
+		if (fabric_busy(rc))
 			return DPL_EAGAIN;
 		if (rc != 0)
 			return post_error(c, peer, "send", rc);
@@ -821,23 +1127,21 @@ int dpl__ofi_isend(struct ofi_ctx *c, struct ofi_req *r, uint32_t peer,
 	if (len <= c->o.inline_max) {
 		op->state = OP_S_MSG;
 		rc = post_send_msg(c, op);
-		if (rc == -FI_EAGAIN) {
+		if (fabric_busy(rc)) {
 			(void)progress_once(c);
 			rc = post_send_msg(c, op);
 		}
 	} else {
-		op->hdr.len = len;
-		op->hdr.cookie = cookie_of(c, op);
 		op->state = OP_S_RTS;
 		rc = post_rts(c, op);
-		if (rc == -FI_EAGAIN) {
+		if (fabric_busy(rc)) {
 			(void)progress_once(c);
 			rc = post_rts(c, op);
 		}
 	}
 	if (rc < 0) {
 		slot_free(c, op);
-		if (rc == -FI_EAGAIN)
+		if (fabric_busy(rc))
 			return DPL_EAGAIN;
 		return post_error(c, peer, "send", rc);
 	}
@@ -853,6 +1157,7 @@ int dpl__ofi_irecv(struct ofi_ctx *c, struct ofi_req *r, uint32_t peer,
 		   uint64_t tag, void *buf, size_t len)
 {
 	struct ofi_op *op;
+	struct ofi_bounce *b;
 	void *desc;
 	int rc;
 
@@ -871,21 +1176,17 @@ int dpl__ofi_irecv(struct ofi_ctx *c, struct ofi_req *r, uint32_t peer,
 		slot_free(c, op);
 		return rc;
 	}
-	rc = post_recv_hdr(c, op);
-	if (rc == -FI_EAGAIN) {
-		(void)progress_once(c);
-		rc = post_recv_hdr(c, op);
-	}
-	if (rc != 0) {
-		slot_free(c, op);
-		if (rc == -FI_EAGAIN)
-			return DPL_EAGAIN;
-		return post_error(c, peer, "receive", rc);
-	}
-	op->busy = 1;
 	op->req = r;
 	r->status = DPL_EAGAIN;
 	r->slot = idx_of(c, op) + 1;
+	b = ux_take(c, peer, tag);
+	if (b == NULL) {
+		rq_push(c, op);
+		return 0;
+	}
+	/* Already here: it completes now, or asks for the payload. */
+	deliver(c, op, b);
+	feed_starved(c);
 	return 0;
 }
 
@@ -904,13 +1205,10 @@ int dpl__ofi_cancel(struct ofi_ctx *c, struct ofi_req *r)
 				     "not pending");
 	/* Only a receive not matched yet can end early; anything further
 	 * along completes normally. */
-	if (op->state == OP_R_HDR && !op->cancelling) {
-		op->cancelling = 1;
-		(void)fi_cancel(&c->ep->fid, &op->fc[0]);
-	}
+	if (op->state == OP_R_HDR && rq_take(c, op->peer, 0, op) != NULL)
+		complete(c, op, DPL_ECANCELED);
 	return 0;
 }
-
 /* ---- warm-up -------------------------------------------------------- */
 
 static void nap(void)
@@ -1026,52 +1324,76 @@ int dpl__ofi_warmup(struct ofi_ctx *c, uint64_t deadline)
 
 /* ---- setup ---------------------------------------------------------- */
 
+static uint32_t clamp_u32(size_t v, uint32_t lo, uint32_t hi)
+{
+	return v < lo ? lo : v > hi ? hi : (uint32_t)v;
+}
+
 int dpl__ofi_data_init(struct ofi_ctx *c)
 {
-	uint32_t i;
+	uint32_t i, others = c->n > 1 ? c->n - 1 : 1;
+	size_t rx = c->rx_size != 0 ? c->rx_size : 1024;
 	int rc;
 
+	/*
+	 * Receive entries of the provider: a quarter for the bounce buffers
+	 * posted (per peer at most 64, at least 2), a quarter for messages
+	 * in flight beyond those (the credits, per peer at most 256), a
+	 * quarter for bulk receives; the rest holds control messages.
+	 */
+	c->bpp = clamp_u32(rx / 4 / others, 2, 64);
+	c->credit_max = clamp_u32(rx / 4 / others, 2, 256);
+	if (c->credit_max < c->bpp)
+		c->credit_max = c->bpp;
+	c->bulk_max = clamp_u32(rx / 4, 4, 256);
+	c->nbounce = others * (c->bpp + c->credit_max) * 2;
+	if (c->nbounce < c->nop)
+		c->nbounce = c->nop;
 	c->op = calloc(c->nop, sizeof *c->op);
 	c->ctrl = calloc(OFI_NCTRL, sizeof *c->ctrl);
-	c->out_cap = c->nop + OFI_NCTRL;
+	c->out_cap = c->nop + OFI_NCTRL + c->n;
 	c->out = calloc(c->out_cap, sizeof *c->out);
 	c->warm = calloc(c->n, sizeof *c->warm);
 	c->warm_fc = calloc(c->n, sizeof *c->warm_fc);
-	if (!c->op || !c->ctrl || !c->out || !c->warm ||
-	    !c->warm_fc)
+	c->bounce = calloc(c->nbounce, sizeof *c->bounce);
+	c->ooo = calloc((size_t)c->n * c->credit_max, sizeof *c->ooo);
+	if (!c->op || !c->ctrl || !c->out || !c->warm || !c->warm_fc ||
+	    !c->bounce || !c->ooo)
 		return dpl_set_error(DPL_ENOMEM, "ofi: out of memory");
 	for (i = 0; i < c->nop; i++) {
 		c->op[i].next = i + 2 <= c->nop ? i + 2 : 0;
 		c->op[i].mr.idx = -1;
 	}
 	c->free_head = 1;
-	/* The sink only ever receives the overflow of a mismatched inline
-	 * message: reserve address space, touch no memory. */
-	c->sink_len = c->o.inline_max > 4096 ? c->o.inline_max : 4096;
+	/* Bounce buffers: address space reserved once; only the pages
+	 * messages land in are ever touched. */
 	for (;;) {
-		c->sink = mmap(NULL, c->sink_len, PROT_READ | PROT_WRITE,
-			       MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1,
-			       0);
-		if (c->sink != MAP_FAILED)
+		c->bsz = ((size_t)c->o.inline_max + MHDR + 63) & ~(size_t)63;
+		c->bdata_len = c->bsz * c->nbounce;
+		c->bdata = mmap(NULL, c->bdata_len, PROT_READ | PROT_WRITE,
+				MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
+				-1, 0);
+		if (c->bdata != MAP_FAILED)
 			break;
 		/* Strict overcommit: settle for less, send more in two
 		 * steps. */
-		c->sink = NULL;
-		if (c->sink_len <= ((size_t)1 << 20))
+		c->bdata = NULL;
+		if (c->o.inline_max <= 4096)
 			return dpl_set_error(DPL_ENOMEM,
 					     "ofi: cannot reserve %zu bytes of "
-					     "address space", c->sink_len);
-		c->sink_len /= 2;
-		c->o.inline_max = c->sink_len;
+					     "address space", c->bdata_len);
+		c->o.inline_max /= 2;
 	}
+	for (i = c->nbounce; i > 0; i--)
+		bounce_free(c, &c->bounce[i - 1]);
 	if (c->mr_local) {
 		if ((rc = dpl__ofi_mr_reg(c, c->op, c->nop * sizeof *c->op,
 					  &c->op_mr)) != 0 ||
 		    (rc = dpl__ofi_mr_reg(c, c->ctrl,
 					  OFI_NCTRL * sizeof *c->ctrl,
 					  &c->ctrl_mr)) != 0 ||
-		    (rc = dpl__ofi_mr_reg(c, c->sink, c->sink_len,
-					  &c->sink_mr)) != 0 ||
+		    (rc = dpl__ofi_mr_reg(c, c->bdata, c->bdata_len,
+					  &c->bdata_mr)) != 0 ||
 		    (rc = dpl__ofi_mr_reg(c, c->warm, c->n * sizeof *c->warm,
 					  &c->warm_mr)) != 0)
 			return rc;
@@ -1085,6 +1407,36 @@ int dpl__ofi_data_init(struct ofi_ctx *c)
 	return 0;
 }
 
+int dpl__ofi_data_start(struct ofi_ctx *c)
+{
+	struct ofi_bounce *b;
+	uint32_t p;
+	int rc;
+
+	/* Each peer starts with credits for the buffers posted here. */
+	for (p = 0; p < c->n; p++) {
+		if (p == c->rank)
+			continue;
+		c->peer[p].credits = c->credit_max;
+		while (c->peer[p].posted < c->bpp) {
+			b = bounce_alloc(c);
+			if (b == NULL)
+				return dpl_set_error(DPL_ENOMEM,
+						     "ofi: %u bounce buffers "
+						     "for %u peers", c->nbounce,
+						     c->n - 1);
+			if ((rc = bounce_post(c, b, p)) != 0) {
+				bounce_free(c, b);
+				return dpl_set_error(DPL_EIO,
+						     "ofi: posting receives "
+						     "for rank %u: %s", p,
+						     fi_strerror(-rc));
+			}
+		}
+	}
+	return 0;
+}
+
 void dpl__ofi_data_fini(struct ofi_ctx *c)
 {
 	/* The endpoint is closed: whatever was pending is cancelled. */
@@ -1095,12 +1447,16 @@ void dpl__ofi_data_fini(struct ofi_ctx *c)
 	free(c->out);
 	free(c->warm);
 	free(c->warm_fc);
-	if (c->sink != NULL)
-		munmap(c->sink, c->sink_len);
+	free(c->bounce);
+	free(c->ooo);
+	if (c->bdata != NULL)
+		munmap(c->bdata, c->bdata_len);
 	c->op = NULL;
 	c->ctrl = NULL;
 	c->out = NULL;
 	c->warm = NULL;
 	c->warm_fc = NULL;
-	c->sink = NULL;
+	c->bounce = NULL;
+	c->ooo = NULL;
+	c->bdata = NULL;
 }

@@ -3,9 +3,8 @@
  * domain, completion queue, address vector and endpoint of a context.
  *
  * What dpl asks of a provider: FI_EP_RDM with FI_TAGGED and
- * FI_DIRECTED_RECV, send-after-send ordering, 8 bytes of remote CQ data,
- * receive vectors of three entries, and an inject size that holds a
- * control message. IP providers are pinned to one source address (node with
+ * FI_DIRECTED_RECV, send-after-send ordering, send vectors of two
+ * entries, and an inject size that holds a control message. IP providers are pinned to one source address (node with
  * FI_SOURCE, and the interface as domain name), so that nothing binds an
  * interface the job did not ask for. The sockets provider is refused.
  */
@@ -151,7 +150,6 @@ static struct fi_info *hints(const char *prov, const char *iface, bool shm)
 				  FI_MR_ENDPOINT;
 	h->domain_attr->threading = FI_THREAD_DOMAIN;
 	h->domain_attr->resource_mgmt = FI_RM_ENABLED;
-	h->domain_attr->cq_data_size = sizeof(uint64_t);
 	h->tx_attr->msg_order = FI_ORDER_SAS;
 	h->rx_attr->msg_order = FI_ORDER_SAS;
 	h->fabric_attr->prov_name = strdup(prov);
@@ -169,10 +167,10 @@ static bool usable(const struct fi_info *fi)
 	if (fi->fabric_attr == NULL || fi->fabric_attr->prov_name == NULL ||
 	    dpl__ofi_is_sockets(fi->fabric_attr->prov_name))
 		return false;
-	if (fi->tx_attr->inject_size < sizeof(struct ofi_ctrl))
+	if (fi->tx_attr->inject_size < sizeof(struct ofi_ctrl) ||
+	    fi->tx_attr->inject_size < sizeof(struct ofi_rts))
 		return false;
-	if (fi->tx_attr->iov_limit < 1 || fi->rx_attr->iov_limit < 3 ||
-	    fi->domain_attr->cq_data_size < sizeof(uint64_t))
+	if (fi->tx_attr->iov_limit < 2 || fi->rx_attr->iov_limit < 1)
 		return false;
 	return (fi->caps & (FI_TAGGED | FI_DIRECTED_RECV)) ==
 	       (FI_TAGGED | FI_DIRECTED_RECV);
@@ -221,9 +219,8 @@ int dpl__ofi_fabric_open(struct ofi_ctx *c, const char *prov,
 		fi_freeinfo(list);
 		return dpl_set_error(DPL_ENOTSUP,
 				     "ofi: provider '%s' offers no endpoint "
-				     "with directed receive, CQ data, "
-				     "3-entry vectors and inject >= %zu "
-				     "bytes",
+				     "with directed receive, 2-entry send "
+				     "vectors and inject >= %zu bytes",
 				     prov, sizeof(struct ofi_ctrl));
 	}
 	c->info = fi_dupinfo(fi);
@@ -236,15 +233,17 @@ int dpl__ofi_fabric_open(struct ofi_ctx *c, const char *prov,
 		      (c->info->mode & FI_LOCAL_MR) != 0 || c->o.mr_always;
 	c->mr_ep = (mr_mode & FI_MR_ENDPOINT) != 0;
 	c->inject = c->info->tx_attr->inject_size;
+	c->rx_size = c->info->rx_attr->size;
 	/*
 	 * shm 1.17 completes the sends that need the receiver (everything
 	 * above inject) strictly in order: one such send to a peer that died
 	 * before reading it holds back the completions of all later ones, to
 	 * every peer. So on shm, larger messages ask first, and their payload
-	 * only leaves once the receiver has posted for it.
+	 * only leaves once the receiver has posted for it. The eager limit
+	 * leaves room for dpl's header within the inject size.
 	 */
-	if (shm && !c->o.inline_set && c->o.inline_max > c->inject)
-		c->o.inline_max = c->inject;
+	if (shm && !c->o.inline_set && c->o.inline_max + 16 > c->inject)
+		c->o.inline_max = c->inject > 16 ? c->inject - 16 : 0;
 
 	if ((rc = fi_fabric(c->info->fabric_attr, &c->fabric, NULL)) != 0)
 		return fi_fail("fi_fabric", rc);

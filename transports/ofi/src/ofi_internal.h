@@ -5,26 +5,34 @@
  * Wire protocol (all on one FI_EP_RDM endpoint, FI_TAGGED, exact tags):
  *
  *  - The top four bits of the 64-bit fabric tag say what a message is
- *    (OFI_TAG_*); the low 60 bits carry the caller's tag or a cookie.
- *  - Every message on tag MSG|tag carries its length in the remote CQ
- *    data (FI_REMOTE_CQ_DATA, 64 bits: length << 1 | request-to-send).
- *  - A message of L bytes with L <= the inline limit travels as one fabric
- *    message, the payload alone. The receiver posts a vector {its buffer,
- *    sink} whose capacity always exceeds any inline message, so the
- *    fabric never truncates; it compares L with its own length and
- *    reports DPL_ETRUNC itself on a mismatch.
- *  - A larger message first sends its 8-byte cookie (request to send).
- *    The receiver answers with a fixed-size control message: CTS when the
- *    lengths agree, after posting an exact receive on tag BULK|cookie, or
- *    NACK when they do not (both sides then complete with DPL_ETRUNC and
- *    the payload never moves). On CTS the sender posts the payload on tag
- *    BULK|cookie.
- *  - The inline limit is 64 MiB, except on shm, where it is the inject
- *    size: there a send that needs the receiver must not be posted before
- *    the receiver is known to be there (see ofi_fabric.c).
- *  - Control messages (CTS, NACK) are 32 bytes on tag CTRL, received into
- *    a small ring of preposted buffers from any source (a few only: every
- *    incoming message is matched against the posted receives in order).
+ *    (OFI_TAG_*); no receive ever has ignore bits.
+ *  - Caller messages travel on the message channel, fabric tag MSG (the
+ *    same for every caller tag), each behind a 16-byte header: the
+ *    caller's tag (bit 63: request to send), a per-sender sequence number
+ *    and piggy-backed credits. The receiver keeps a few bounce buffers
+ *    posted per peer (directed receives, exact tag), puts arrivals back
+ *    in sequence order, and matches them itself against the caller's
+ *    receives (exact source and tag, FIFO); arrivals nothing asked for yet
+ *    wait in the bounce buffer, in the module, not in the provider.
+ *  - Credits: a sender sends on the message channel only while it holds
+ *    a credit for that receiver; each message the receiver took out of
+ *    the provider (into a bounce buffer, in sequence) returns one
+ *    (piggy-backed, or in a CREDIT control message). So the provider
+ *    never holds more than a fixed number of messages per peer, and never
+ *    runs out of receive entries (shm 1.17 shares one pool of 1024
+ *    between posted receives and unexpected messages, and a full pool
+ *    blocks every later post).
+ *  - A message of L <= the eager limit bytes travels whole after its
+ *    header; the receiver compares L (the fabric's length less the
+ *    header) with its own and reports DPL_ETRUNC on a mismatch.
+ *  - A larger message first sends a request to send: header, the
+ *    sender's cookie and L. The receiver answers with a fixed-size
+ *    control message: CTS when the lengths agree, after posting an exact
+ *    receive on tag BULK|cookie, or NACK when they do not (both sides then
+ *    complete with DPL_ETRUNC and the payload never moves). On CTS the
+ *    sender posts the payload on tag BULK|cookie.
+ *  - Control messages (CTS, NACK, CREDIT) are 32 bytes on tag CTRL,
+ *    received into a small ring of preposted buffers from any source.
  *  - Liveness does not use the fabric (see ofi_live.c).
  */
 #ifndef DPL_OFI_INTERNAL_H
@@ -48,17 +56,37 @@
 #define OFI_CTRL_MAGIC 0x64706c43u /* "dplC" */
 #define OFI_CTRL_CTS 1u
 #define OFI_CTRL_NACK 2u
+#define OFI_CTRL_CREDIT 3u
+
+#define OFI_MH_RTS (UINT64_C(1) << 63) /* header tag bit: request to send */
 
 #define OFI_NCTRL 4          /* preposted control receives */
 #define OFI_MRC_SIZE 64      /* registration cache entries */
 #define OFI_SLOT_BITS 20     /* slot index bits in a cookie */
 #define OFI_NAME_MAX 256     /* fabric address bytes */
 
-/* Per slot: a sender's cookie for its request to send; on a receive
- * shorter than a cookie, where the rest of a cookie lands. */
-struct ofi_hdr {
-	uint64_t len;
+/* The header in front of every message on the message channel. */
+struct ofi_mhdr {
+	uint64_t tag;    /* caller's tag, | OFI_MH_RTS for a request to send */
+	uint32_t seq;    /* per sender and receiver, from 0 */
+	uint32_t credit; /* bounce buffers the sender re-posted for the
+			    receiver since it last said so */
+};
+
+/* A request to send; on a receive, the sender's cookie is kept here. */
+struct ofi_rts {
+	struct ofi_mhdr h;
 	uint64_t cookie;
+	uint64_t len;
+};
+
+/* A bounce buffer of the message channel. */
+struct ofi_bounce {
+	struct fi_context2 fc;
+	uint32_t next; /* free, unexpected or pending list (index + 1) */
+	uint32_t peer;
+	size_t len;    /* bytes received, header included */
+	uint8_t posted;
 };
 
 /* A control message (CTS or NACK), fixed size so it never truncates. */
@@ -77,7 +105,7 @@ struct ofi_opts {
 	char iface[64];       /* domain name, "" = from node */
 	char node[64];        /* source address, "" = dpl's choice */
 	uint32_t liveness_ms; /* 0 = from params */
-	uint64_t inline_max;  /* largest message sent in one piece */
+	uint64_t inline_max;  /* largest message sent in one piece (eager) */
 	bool inline_set;      /* inline_max came from the options */
 	uint32_t slots;       /* operation slots */
 	bool mr_always;       /* register even when the provider does not ask */
@@ -109,7 +137,7 @@ struct ofi_mrc {
 /* Slot states. */
 enum {
 	OP_FREE = 0,
-	OP_R_HDR,       /* receive: vector posted on MSG|tag */
+	OP_R_HDR,       /* receive: waiting for its message (module queue) */
 	OP_R_BULK_WAIT, /* receive: bulk receive to post (fabric was busy) */
 	OP_R_BULK,      /* receive: bulk receive posted, CTS sent or queued */
 	OP_S_MSG,       /* send: inline message posted */
@@ -128,7 +156,7 @@ struct ofi_req;
  */
 struct ofi_op {
 	struct fi_context2 fc[2]; /* [0] message/header, [1] bulk */
-	struct ofi_hdr hdr;       /* cookie sent, or spill of one received */
+	struct ofi_rts w;         /* header sent; cookie of a peer's RTS */
 	struct ofi_req *req;      /* request, NULL once it completed */
 	void *buf;
 	size_t len;
@@ -138,11 +166,13 @@ struct ofi_op {
 	uint32_t peer;
 	uint32_t gen;     /* bumped at each use; part of the cookie */
 	uint32_t next;    /* free list / wait list link (index + 1) */
+	uint32_t qnext;   /* peer's receive queue link (index + 1) */
 	uint8_t state;
 	uint8_t busy;     /* fabric operations outstanding */
 	uint8_t cancelling;
 	uint8_t waiting;  /* on the wait list */
 	uint8_t send;
+	uint8_t bulk_rx;  /* counts in ctx->nbulk */
 	int doom;         /* result forced at completion, 0 = none */
 };
 
@@ -178,6 +208,15 @@ struct ofi_peer {
 	bool dead;         /* failure processed: posts fail */
 	bool dying;        /* crash noticed, grace running */
 	bool closing;      /* BYE received, draining */
+	bool starved;      /* fewer bounce buffers posted than it should */
+	uint32_t credits;  /* messages we may still send it */
+	uint32_t grant;    /* bounce buffers re-posted for it, not told yet */
+	uint32_t posted;   /* bounce receives posted for it */
+	uint32_t held;     /* its arrivals waiting for earlier ones */
+	uint32_t seq_out;  /* next sequence number to it */
+	uint32_t seq_in;   /* next sequence number expected from it */
+	uint32_t rq_head, rq_tail; /* our receives from it (op index + 1) */
+	uint32_t ux_head, ux_tail; /* its unexpected arrivals (bounce + 1) */
 };
 
 struct ofi_live;
@@ -221,9 +260,22 @@ struct ofi_ctx {
 	struct ofi_ctrl_out *out; /* ring of control messages to send */
 	uint32_t out_cap, out_head, out_len;
 
-	void *sink; /* overflow of mismatched inline messages */
-	size_t sink_len;
-	struct fid_mr *sink_mr;
+	struct ofi_bounce *bounce; /* [nbounce] */
+	uint32_t nbounce;
+	uint32_t bfree;       /* free list (index + 1) */
+	uint32_t nbfree;
+	uint32_t bpp;         /* bounce buffers posted per peer */
+	uint32_t credit_max;  /* messages in flight per peer (credits) */
+	uint32_t *ooo;        /* [n * credit_max] arrivals out of order
+				 (index + 1) */
+	uint32_t nstarved;
+	char *bdata;          /* nbounce * bsz bytes, address space only */
+	size_t bsz;
+	size_t bdata_len;
+	struct fid_mr *bdata_mr;
+	size_t rx_size;       /* provider's receive queue size */
+	uint32_t nbulk;       /* bulk receives posted */
+	uint32_t bulk_max;
 
 	uint64_t *warm;             /* [n] warm-up receive buffers */
 	struct fi_context2 *warm_fc; /* [n] */
@@ -236,6 +288,10 @@ struct ofi_ctx {
 	int reported; /* completions not yet returned by progress */
 	bool broken;
 };
+
+/* The module's table (ofi.c), also returned by the plugin entry point of
+ * the shared build (ofi_plugin.c). */
+DPL_EXTERN extern const struct dpl_transport_ops dpl_transport_ofi;
 
 /* Options (ofi_opts.c). */
 int dpl__ofi_opts_parse(const char *s, struct ofi_opts *o);
@@ -278,6 +334,7 @@ void dpl__ofi_live_close(struct ofi_live *l, const uint64_t *sent);
 
 /* Data path (ofi_data.c). */
 int dpl__ofi_data_init(struct ofi_ctx *c);
+int dpl__ofi_data_start(struct ofi_ctx *c);
 void dpl__ofi_data_fini(struct ofi_ctx *c);
 int dpl__ofi_progress(struct ofi_ctx *c);
 int dpl__ofi_isend(struct ofi_ctx *c, struct ofi_req *r, uint32_t peer,
@@ -286,6 +343,7 @@ int dpl__ofi_irecv(struct ofi_ctx *c, struct ofi_req *r, uint32_t peer,
 		   uint64_t tag, void *buf, size_t len);
 int dpl__ofi_cancel(struct ofi_ctx *c, struct ofi_req *r);
 int dpl__ofi_warmup(struct ofi_ctx *c, uint64_t deadline_ns);
+int dpl__ofi_wait(struct ofi_ctx *c, uint64_t timeout_ns);
 
 /* Monotonic clock in nanoseconds. */
 uint64_t dpl__ofi_now(void);

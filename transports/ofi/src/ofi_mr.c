@@ -154,6 +154,6 @@ void dpl__ofi_mr_clear(struct ofi_ctx *c)
 		}
 	close_mr(&c->op_mr);
 	close_mr(&c->ctrl_mr);
-	close_mr(&c->sink_mr);
+	close_mr(&c->bdata_mr);
 	close_mr(&c->warm_mr);
 }

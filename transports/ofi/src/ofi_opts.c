@@ -12,8 +12,8 @@
 
 #include "ofi_internal.h"
 
-#define OFI_INLINE_DEFAULT (UINT64_C(64) << 20)
-#define OFI_INLINE_LIMIT (UINT64_C(1) << 30)
+#define OFI_INLINE_DEFAULT (UINT64_C(64) << 10)
+#define OFI_INLINE_LIMIT (UINT64_C(64) << 20)
 
 static int num(const char *key, const char *v, uint64_t lo, uint64_t hi,
 	       uint64_t *out)

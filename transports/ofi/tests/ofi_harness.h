@@ -119,4 +119,18 @@ int h_count_threads(void);
 /* Whether /dev/shm holds a libfabric shm file of process pid. */
 bool h_shm_has_pid(pid_t pid);
 
+/* A test run once over each provider: OFI_TEST(name, seconds) { body
+ * using `prov` }. */
+#define OFI_TEST(name, secs)                                                  \
+	static void name##_run(const char *prov);                             \
+	Test(ofi_tcp, name, .timeout = (secs))                                \
+	{                                                                     \
+		name##_run("tcp;ofi_rxm");                                    \
+	}                                                                     \
+	Test(ofi_shm, name, .timeout = (secs))                                \
+	{                                                                     \
+		name##_run("shm");                                            \
+	}                                                                     \
+	static void name##_run(const char *prov)
+
 #endif /* DPL_OFI_HARNESS_H */

@@ -19,18 +19,6 @@
 
 #include "ofi_harness.h"
 
-#define OFI_TEST(name, secs)                                                  \
-	static void name##_run(const char *prov);                             \
-	Test(ofi_tcp, name, .timeout = (secs))                                \
-	{                                                                     \
-		name##_run("tcp;ofi_rxm");                                    \
-	}                                                                     \
-	Test(ofi_shm, name, .timeout = (secs))                                \
-	{                                                                     \
-		name##_run("shm");                                            \
-	}                                                                     \
-	static void name##_run(const char *prov)
-
 #define MiB ((size_t)1 << 20)
 #define DETECT_NS (UINT64_C(2000) * 1000000u)
 

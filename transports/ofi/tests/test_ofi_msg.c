@@ -13,18 +13,6 @@
 
 #include "ofi_harness.h"
 
-#define OFI_TEST(name, secs)                                                  \
-	static void name##_run(const char *prov);                             \
-	Test(ofi_tcp, name, .timeout = (secs))                                \
-	{                                                                     \
-		name##_run("tcp;ofi_rxm");                                    \
-	}                                                                     \
-	Test(ofi_shm, name, .timeout = (secs))                                \
-	{                                                                     \
-		name##_run("shm");                                            \
-	}                                                                     \
-	static void name##_run(const char *prov)
-
 #define MiB ((size_t)1 << 20)
 #define SYNC_TAG 1u
 #define GUARD 64
