@@ -48,20 +48,26 @@ struct queue {
 	struct ireq *head, *tail;
 };
 
+/* What one thread writes and others read sits on cache lines of its
+ * own: a rank's mailbox does not share a line with its neighbour's, and
+ * the doorbell count (rung by senders, read by the owner's progress)
+ * not with the lock. */
+#define LINE 64
+
 struct bell {
-	pthread_mutex_t m;
-	pthread_cond_t c;
-	atomic_uint_fast64_t n;
+	_Alignas(LINE) atomic_uint_fast64_t n;
 	atomic_int waiters;
+	_Alignas(LINE) pthread_mutex_t m;
+	pthread_cond_t c;
 };
 
 struct mbox {
-	pthread_mutex_t lock;
+	_Alignas(LINE) pthread_mutex_t lock;
 	struct queue posted;     /* receives posted by this rank */
 	struct queue unexpected; /* sends to this rank, unmatched */
-	struct bell bell;
 	atomic_bool dead;
 	bool joined;             /* guarded by the registry lock */
+	struct bell bell;
 };
 
 struct world {
@@ -165,11 +171,13 @@ static int world_new(const char *name, uint32_t size, struct world **out)
 	w = calloc(1, sizeof *w);
 	if (w == NULL)
 		return DPL_ENOMEM;
-	w->box = calloc(size, sizeof *w->box);
+	/* sizeof *w->box is a multiple of LINE (its _Alignas members) */
+	w->box = aligned_alloc(LINE, size * sizeof *w->box);
 	if (w->box == NULL) {
 		free(w);
 		return DPL_ENOMEM;
 	}
+	memset(w->box, 0, size * sizeof *w->box);
 	snprintf(w->name, sizeof w->name, "%s", name);
 	w->size = size;
 	pthread_condattr_init(&attr);
