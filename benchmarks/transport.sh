@@ -20,6 +20,7 @@
 #
 # usage: benchmarks/transport.sh [--build DIR] [--out DIR] [--reps N]
 #                                [--quick] [--modules LIST] [--module-probes]
+#                                [--no-pin]
 #   --build DIR       dpl build directory (default: build)
 #   --out DIR         results (default: DIR/bench-transport)
 #   --reps N          runs per figure and side-by-side rounds; medians
@@ -29,6 +30,13 @@
 #                     ofi-tcp,ofi-shm (default: every one that is built)
 #   --module-probes   also run the modules' own probes
 #                     (build/.../bench_transport_<m>_probe) and show them
+#   --no-pin          leave the two ranks where the scheduler puts them;
+#                     by default (with 2 CPUs or more) rank 0 and the
+#                     native tools' server run on the first CPU, rank 1
+#                     and the clients on the second, for dpl and the
+#                     tools alike: where two processes land changes large
+#                     copies by up to 2x, and a run should not be decided
+#                     by that
 #
 # A probe that runs past DPL_BENCH_PROBE_LIMIT seconds (default 600) is
 # stopped and reported: a hang is a result too.
@@ -44,6 +52,7 @@ max=64M
 quick=0
 modules=
 module_probes=0
+pin=1
 
 die() { echo "transport.sh: $*" >&2; exit 2; }
 
@@ -59,6 +68,7 @@ while [ $# -gt 0 ]; do
     --quick) quick=1; shift ;;
     --modules) [ $# -ge 2 ] || die "--modules needs a list"; modules=$2; shift 2 ;;
     --module-probes) module_probes=1; shift ;;
+    --no-pin) pin=0; shift ;;
     -h|--help) awk 'NR > 1 && /^#/ {sub(/^# ?/, ""); print; next} NR > 1 {exit}' "$0"; exit 0 ;;
     *) die "unknown argument '$1' (see --help)" ;;
   esac
@@ -70,6 +80,18 @@ mkdir -p "$out"
 out=$(cd "$out" && pwd)
 cc=${CC:-cc}
 probe_limit=${DPL_BENCH_PROBE_LIMIT:-600}
+
+# Pinning: the first two CPUs this script may use, one per side.
+cpus=()
+if [ $pin = 1 ]; then
+  mapfile -t cpus < <(python3 -c 'import os; print(*sorted(os.sched_getaffinity(0)), sep="\n")' 2>/dev/null || true)
+  if [ ${#cpus[@]} -lt 2 ] || ! command -v taskset >/dev/null; then
+    echo "-- fewer than 2 CPUs (or no taskset): ranks not pinned"; pin=0
+  fi
+fi
+# on SIDE CMD...: run CMD on side 0 (server, rank 0) or 1's CPU.
+on() { local side=$1; shift; if [ $pin = 1 ]; then taskset -c "${cpus[$side]}" "$@"; else "$@"; fi; }
+pin_opt=(); [ $pin = 1 ] && pin_opt=(--pin)
 
 # ---------------------------------------------------------------------
 # The probe, and a loadable module for each built transport.
@@ -101,17 +123,14 @@ plugin() {
 
 # label|module|environment|ranks|probe options
 # Streaming shares one send and one receive buffer among the requests in
-# flight, as ucx_perftest does. libfabric 1.17's shm provider stalls when
-# concurrent requests of 16 KiB or more share a buffer, so ofi-shm streams
-# from a buffer per request (colder; its ratio uses ping-pong, which is
-# not affected).
+# flight, as ucx_perftest does.
 configs=(
   "inproc|inproc||threads|"
   "shm|shm||processes|"
   "ucx-tcp|ucx|UCX_TLS=tcp UCX_NET_DEVICES=lo|processes|"
   "ucx-sm|ucx|UCX_TLS=sm UCX_NET_DEVICES=lo|processes|"
   "ofi-tcp|ofi|FI_PROVIDER=tcp;ofi_rxm FI_TCP_IFACE=lo|processes|"
-  "ofi-shm|ofi|FI_PROVIDER=shm|processes|--buffers distinct"
+  "ofi-shm|ofi|FI_PROVIDER=shm|processes|"
 )
 
 wanted() { [ -z "$modules" ] || [[ ",$modules," == *",$1,"* ]]; }
@@ -125,7 +144,7 @@ for c in "${configs[@]}"; do
   echo "== dpl $label"
   # shellcheck disable=SC2086
   if env $envs timeout "$probe_limit" "$out/transport_probe" --transport "$so" --label "$label" \
-       --ranks "$ranks" --max "$max" --reps "$reps" $popts \
+       --ranks "$ranks" --max "$max" --reps "$reps" "${pin_opt[@]}" $popts \
        --tsv "$out/dpl_$label.tsv" --json "$out/dpl_$label.json"; then
     ran+=("$label")
   else
@@ -152,10 +171,10 @@ median() { sort -g | awk 'NF {v[++n] = $1} END {if (n == 0) {print "nan"; exit}
 perftest() {
   local tls=$1 test=$2 size=$3 iters=$4 port srv line
   port=$(free_port)
-  env UCX_TLS="$tls" UCX_NET_DEVICES=lo ucx_perftest -p "$port" >/dev/null 2>&1 &
+  on 0 env UCX_TLS="$tls" UCX_NET_DEVICES=lo ucx_perftest -p "$port" >/dev/null 2>&1 &
   srv=$!
   sleep 0.3
-  line=$(env UCX_TLS="$tls" UCX_NET_DEVICES=lo timeout 120 ucx_perftest 127.0.0.1 -p "$port" \
+  line=$(on 1 env UCX_TLS="$tls" UCX_NET_DEVICES=lo timeout 120 ucx_perftest 127.0.0.1 -p "$port" \
            -t "$test" -s "$size" -n "$iters" -w $((iters / 10 + 1)) -f 2>/dev/null \
          | awk '$1 ~ /^[0-9]+$/ && NF >= 8 {l = $0} END {print l}') || true
   kill "$srv" 2>/dev/null || true
@@ -169,11 +188,11 @@ pingpong() {
   local prov=$1 size=$2 iters=$3 port srv line dom=()
   [ "$prov" = shm ] || dom=(-d lo)
   port=$(free_port)
-  timeout 120 fi_pingpong -B "$port" -p "$prov" -e rdm -m tagged -I "$iters" -S "$size" "${dom[@]}" \
+  on 0 timeout 120 fi_pingpong -B "$port" -p "$prov" -e rdm -m tagged -I "$iters" -S "$size" "${dom[@]}" \
     >/dev/null 2>&1 &
   srv=$!
   sleep 0.5
-  line=$(timeout 120 fi_pingpong -P "$port" -p "$prov" -e rdm -m tagged -I "$iters" -S "$size" \
+  line=$(on 1 timeout 120 fi_pingpong -P "$port" -p "$prov" -e rdm -m tagged -I "$iters" -S "$size" \
            "${dom[@]}" 127.0.0.1 2>/dev/null | awk 'NF == 8 && $1 != "bytes" {l = $0} END {print l}') || true
   wait "$srv" 2>/dev/null || true
   # columns: bytes #sent #ack total time MB/sec usec/xfer Mxfers/sec
@@ -196,7 +215,7 @@ dpl_round() {
   IFS='|' read -r label mod envs ranks popts <<<"$(conf_of "$1")"
   # shellcheck disable=SC2086
   env $envs timeout "$probe_limit" "$out/transport_probe" --transport "$(plugin "$mod")" \
-    --label "$label" --ranks "$ranks" --sizes "$cmp_list" --reps 1 $popts \
+    --label "$label" --ranks "$ranks" --sizes "$cmp_list" --reps 1 "${pin_opt[@]}" $popts \
     --tsv "$out/cmp_${label}_$2.tsv" >/dev/null \
     || echo "-- $label: the probe failed in round $2"
 }

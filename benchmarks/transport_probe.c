@@ -16,6 +16,8 @@
  *    bandwidth is bytes over the whole run. As in ucx_perftest, the sends
  *    share one buffer and the receives another (cache-warm); with
  *    --buffers distinct every request in flight has its own (cold).
+ * With --pin rank r runs on the r-th CPU the process may use
+ * (transport.sh pins the native tools' two sides the same way).
  * Bandwidths are MiB/s (2^20 bytes per second). Every figure is the
  * median of --reps runs. Two ranks run as forked processes meeting on
  * 127.0.0.1 (or as threads for an in-process module: --ranks threads).
@@ -23,7 +25,7 @@
  * usage: transport_probe --transport NAME|PATH.so [--label TEXT]
  *          [--ranks processes|threads] [--options K=V,...]
  *          [--min BYTES] [--max BYTES | --sizes LIST] [--reps N]
- *          [--window N] [--buffers shared|distinct]
+ *          [--window N] [--buffers shared|distinct] [--pin]
  *          [--json FILE] [--tsv FILE]
  *        transport_probe --memcpy [--min] [--max] [--reps] [--json] [--tsv]
  */
@@ -77,6 +79,7 @@ struct opts {
 	size_t min, max;
 	const char *list; /* --sizes */
 	bool distinct;    /* --buffers distinct */
+	bool pin;         /* --pin: rank r on CPU r */
 	int reps;
 	int window;
 };
@@ -119,11 +122,13 @@ static double median(const double *v, int n)
 	return m;
 }
 
+/* Round trips per run: 64 MiB of traffic, at least 200 (as many as
+ * transport.sh gives fi_pingpong and ucx_perftest at 16 MiB). */
 static unsigned pingpong_iters(size_t size)
 {
 	size_t n = (size_t)(64u << 20) / size;
 
-	return (unsigned)(n < 20 ? 20 : n > 10000 ? 10000 : n);
+	return (unsigned)(n < 200 ? 200 : n > 10000 ? 10000 : n);
 }
 
 static unsigned stream_msgs(size_t size)
@@ -303,6 +308,29 @@ static int barrier(struct rank *r)
 		       : 0;
 }
 
+/* --pin: this rank (process or thread) on CPU `me` of the CPUs it may
+ * use, so that where the scheduler puts the two ranks does not decide a
+ * run (cache sharing moves large copies by up to 2x). */
+static void pin(uint32_t me)
+{
+	cpu_set_t set, one;
+	uint32_t k = 0;
+	int c;
+
+	if (!O.pin || sched_getaffinity(0, sizeof set, &set) != 0)
+		return;
+	for (c = 0; c < CPU_SETSIZE; c++) {
+		if (!CPU_ISSET(c, &set))
+			continue;
+		if (k++ == me % (uint32_t)CPU_COUNT(&set)) {
+			CPU_ZERO(&one);
+			CPU_SET(c, &one);
+			sched_setaffinity(0, sizeof one, &one);
+			return;
+		}
+	}
+}
+
 static void run_rank(uint32_t me, struct result *res)
 {
 	struct dpl_transport_params p;
@@ -313,6 +341,7 @@ static void run_rank(uint32_t me, struct result *res)
 	int rep, rc;
 	unsigned n;
 
+	pin(me);
 	memset(&r, 0, sizeof r);
 	r.me = me;
 	r.res = res;
@@ -557,7 +586,7 @@ static void usage(FILE *f)
 		"usage: transport_probe --transport NAME|PATH.so [--label TEXT]"
 		"\n         [--ranks processes|threads] [--options K=V,...]\n"
 		"         [--min BYTES] [--max BYTES | --sizes A,B,...] [--reps N]\n"
-		"         [--window N] [--buffers shared|distinct]\n"
+		"         [--window N] [--buffers shared|distinct] [--pin]\n"
 		"         [--json FILE] [--tsv FILE]\n"
 		"       transport_probe --memcpy [--min BYTES] [--max BYTES] "
 		"[--reps N]\n"
@@ -620,6 +649,10 @@ int main(int argc, char **argv)
 		}
 		if (strcmp(a, "--memcpy") == 0) {
 			O.memcpy_only = true;
+			continue;
+		}
+		if (strcmp(a, "--pin") == 0) {
+			O.pin = true;
 			continue;
 		}
 		if (v == NULL) {

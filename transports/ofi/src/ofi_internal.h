@@ -343,7 +343,6 @@ int dpl__ofi_irecv(struct ofi_ctx *c, struct ofi_req *r, uint32_t peer,
 		   uint64_t tag, void *buf, size_t len);
 int dpl__ofi_cancel(struct ofi_ctx *c, struct ofi_req *r);
 int dpl__ofi_warmup(struct ofi_ctx *c, uint64_t deadline_ns);
-int dpl__ofi_wait(struct ofi_ctx *c, uint64_t timeout_ns);
 
 /* Monotonic clock in nanoseconds. */
 uint64_t dpl__ofi_now(void);
