@@ -124,41 +124,35 @@ Test(mpi, three_ranks_meet_at_one_root)
 	free(r);
 }
 
-Test(mpi, a_host_that_does_not_resolve_fails_on_every_rank)
+/* Run the probe in `mode` on 2 ranks; each must fail with `code` and a
+ * message containing `what`. */
+static void fails_on_every_rank(const char *mode, const char *code,
+				const char *what)
 {
 	struct cli_res *r = malloc(sizeof *r);
-	const char *const cmd[] = {DPL_MPI_PROBE, "host=no-such-host.invalid",
-				   NULL};
-	char lines[2][512];
+	const char *const cmd[] = {DPL_MPI_PROBE, mode, NULL};
+	char lines[2][512], rc[64];
 	int k;
 
+	snprintf(rc, sizeof rc, "rc %s ", code);
 	mpirun(r, "2", cmd);
 	by_rank(r, lines, 2);
 	for (k = 0; k < 2; k++) {
-		cr_expect(strstr(lines[k], "rc DPL_EIO") != NULL, "%s",
-			  lines[k]);
-		cr_expect(strstr(lines[k], "'no-such-host.invalid' does not "
-				 "resolve") != NULL, "%s", lines[k]);
+		cr_expect(strstr(lines[k], rc) != NULL, "%s", lines[k]);
+		cr_expect(strstr(lines[k], what) != NULL, "%s", lines[k]);
 	}
 	free(r);
 }
 
+Test(mpi, a_host_that_does_not_resolve_fails_on_every_rank)
+{
+	fails_on_every_rank("host=no-such-host.invalid", "DPL_EIO",
+			    "'no-such-host.invalid' does not resolve");
+}
+
 Test(mpi, a_buffer_too_small_is_erange_naming_the_size)
 {
-	struct cli_res *r = malloc(sizeof *r);
-	const char *const cmd[] = {DPL_MPI_PROBE, "small", NULL};
-	char lines[2][512];
-	int k;
-
-	mpirun(r, "2", cmd);
-	by_rank(r, lines, 2);
-	for (k = 0; k < 2; k++) {
-		cr_expect(strstr(lines[k], "rc DPL_ERANGE") != NULL, "%s",
-			  lines[k]);
-		cr_expect(strstr(lines[k], "the buffer has 4") != NULL, "%s",
-			  lines[k]);
-	}
-	free(r);
+	fails_on_every_rank("small", "DPL_ERANGE", "the buffer has 4");
 }
 
 #ifdef DPL_CLI_PATH
