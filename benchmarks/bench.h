@@ -11,6 +11,8 @@
 #include <stdlib.h>
 #include <time.h>
 
+#include <dpl/runner.h>
+
 #define BENCH_MAX_RANKS 64
 
 /* What each rank thread of bench_run_ranks() is given. */
@@ -84,6 +86,43 @@ static inline double bench_median(double *v, size_t n)
 {
 	qsort(v, n, sizeof *v, bench_cmp_double);
 	return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+/*
+ * On a rank thread: create the runner of rp unless *rc already says a
+ * rank failed, then run reps + 1 steps (the first warms up and is
+ * overwritten), each between two waits at bar, storing the monotonic
+ * time in seconds before and after step k at t0[k * stride] and
+ * t1[k * stride]. A failure prints dpl's message and sets *rc = -1.
+ * Returns the runner (NULL when it was not created); the caller meets
+ * the other ranks at bar before destroying it.
+ */
+static inline dpl_runner *bench_steps(const struct dpl_runner_params *rp,
+				      pthread_barrier_t *bar, uint32_t reps,
+				      double *t0, double *t1, size_t stride,
+				      int *rc)
+{
+	dpl_runner *r = NULL;
+	uint32_t i;
+	size_t k;
+
+	if (*rc == 0 && dpl_runner_create(rp, &r) != 0) {
+		fprintf(stderr, "%s\n", dpl_last_error());
+		*rc = -1;
+	}
+	pthread_barrier_wait(bar);
+	for (i = 0; *rc == 0 && i <= reps; i++) {
+		pthread_barrier_wait(bar);
+		k = (i ? i - 1 : 0) * stride;
+		t0[k] = bench_seconds(CLOCK_MONOTONIC);
+		if (dpl_runner_step(r) != 0) {
+			fprintf(stderr, "%s\n", dpl_last_error());
+			*rc = -1;
+		}
+		t1[k] = bench_seconds(CLOCK_MONOTONIC);
+		pthread_barrier_wait(bar);
+	}
+	return r;
 }
 
 #endif

@@ -110,21 +110,8 @@ static void *rank_main(void *p)
 	rp.stage_user = m;
 	rp.transport = t;
 	rp.device = d;
-	if (w->rc == 0 && dpl_runner_create(&rp, &r) != 0) {
-		fprintf(stderr, "%s\n", dpl_last_error());
-		w->rc = -1;
-	}
-	pthread_barrier_wait(&w->bar);
-	for (i = 0; w->rc == 0 && i <= c->reps; i++) {
-		pthread_barrier_wait(&w->bar);
-		w->t0[i ? i - 1 : 0][a->rank] = bench_seconds(CLOCK_MONOTONIC);
-		if (dpl_runner_step(r) != 0) {
-			fprintf(stderr, "%s\n", dpl_last_error());
-			w->rc = -1;
-		}
-		w->t1[i ? i - 1 : 0][a->rank] = bench_seconds(CLOCK_MONOTONIC);
-		pthread_barrier_wait(&w->bar);
-	}
+	r = bench_steps(&rp, &w->bar, c->reps, &w->t0[0][a->rank],
+			&w->t1[0][a->rank], MAX_S, &w->rc);
 	if (w->rc == 0 && dpl_runner_stage_stats(r, a->rank, &ss) == 0 &&
 	    dpl_mlp_stage_bytes(m, a->rank, &per_mb) == 0) {
 		w->peak[a->rank] = ss.peak_inflight;

@@ -78,21 +78,8 @@ static void *rank_main(void *p)
 	rp.stage_user = syn;
 	rp.transport = t;
 	rp.device = d;
-	if (w->rc == 0 && dpl_runner_create(&rp, &r) != 0) {
-		fprintf(stderr, "%s\n", dpl_last_error());
-		w->rc = -1;
-	}
-	pthread_barrier_wait(&w->bar);
-	for (i = 0; w->rc == 0 && i <= w->reps; i++) {
-		pthread_barrier_wait(&w->bar);
-		w->t0[i ? i - 1 : 0][a->rank] = (bench_seconds(CLOCK_MONOTONIC) * 1e3);
-		if (dpl_runner_step(r) != 0) {
-			fprintf(stderr, "%s\n", dpl_last_error());
-			w->rc = -1;
-		}
-		w->t1[i ? i - 1 : 0][a->rank] = (bench_seconds(CLOCK_MONOTONIC) * 1e3);
-		pthread_barrier_wait(&w->bar);
-	}
+	r = bench_steps(&rp, &w->bar, w->reps, &w->t0[0][a->rank],
+			&w->t1[0][a->rank], S_RANKS, &w->rc);
 	for (s = 0; syn && s < w->nstages; s++) {
 		struct dpl_synthetic_stats st;
 
@@ -166,7 +153,7 @@ static int bench(enum dpl_policy pol, bool skew, uint32_t reps,
 	if (w->rc != 0)
 		return -1;
 	for (k = 0; k < reps; k++)
-		it[k] = bench_span(w->t0[k], w->t1[k], S_RANKS);
+		it[k] = bench_span(w->t0[k], w->t1[k], S_RANKS) * 1e3;
 	for (i = 0; i < S_RANKS; i++) {
 		late += w->late[i];
 		calls += w->calls[i];

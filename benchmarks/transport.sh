@@ -78,7 +78,6 @@ if [ $quick = 1 ]; then max=1M; [ "$reps" = 5 ] && reps=3; fi
 out=${out:-$build/bench-transport}
 mkdir -p "$out"
 out=$(cd "$out" && pwd)
-cc=${CC:-cc}
 probe_limit=${DPL_BENCH_PROBE_LIMIT:-600}
 
 # Pinning: the first two CPUs this script may use, one per side.
@@ -94,31 +93,17 @@ on() { local side=$1; shift; if [ $pin = 1 ]; then taskset -c "${cpus[$side]}" "
 pin_opt=(); [ $pin = 1 ] && pin_opt=(--pin)
 
 # ---------------------------------------------------------------------
-# The probe, and a loadable module for each built transport.
+# The probe (built with the benchmarks), and each built transport's
+# shared module, which exports dpl_transport_plugin_v1.
 
-cflags=(-O2 -std=c11 -Wall -Wextra -Wpedantic -Werror -I"$root/libsched/include")
-$cc "${cflags[@]}" "$root/benchmarks/transport_probe.c" -o "$out/transport_probe" \
-  -L"$build/libsched" -ldpl -Wl,-rpath,"$build/libsched" -lpthread \
-  || die "cannot build benchmarks/transport_probe.c"
+probe=$build/benchmarks/bench_transport_probe
+[ -x "$probe" ] || die "$probe is missing: build with -DDPL_BUILD_BENCHMARKS=ON"
 
-# plugin NAME: a shared object exporting dpl_transport_plugin_v1 for the
-# module, or nothing when the module is not built.
+# plugin NAME: the module's shared object, or nothing when it is not built
+# (or built static, which dpl_transport_load cannot load).
 plugin() {
-  local name=$1 so=$build/transports/$1/libdpl-transport-$1.so
-  [ -f "$so" ] || return 0
-  if nm -D --defined-only "$so" 2>/dev/null | grep -qw dpl_transport_plugin_v1; then
-    echo "$so"; return 0
-  fi
-  # The module has no plugin entry point in this build: wrap its table.
-  printf '%s\n' '#include <dpl/transport_load.h>' \
-    "extern const struct dpl_transport_ops dpl_transport_$name;" \
-    'DPL_EXTERN const struct dpl_transport_ops *dpl_transport_plugin_v1(void);' \
-    'const struct dpl_transport_ops *dpl_transport_plugin_v1(void)' \
-    "{ return &dpl_transport_$name; }" > "$out/plugin_$name.c"
-  $cc "${cflags[@]}" -fPIC -shared "$out/plugin_$name.c" -o "$out/libplugin_$name.so" \
-    "$so" -L"$build/libsched" -ldpl -Wl,-rpath,"$build/transports/$name:$build/libsched" \
-    || die "cannot wrap $so"
-  echo "$out/libplugin_$name.so"
+  local so=$build/transports/$1/libdpl-transport-$1.so
+  if [ -f "$so" ]; then echo "$so"; fi
 }
 
 # label|module|environment|ranks|probe options
@@ -143,7 +128,7 @@ for c in "${configs[@]}"; do
   if [ -z "$so" ]; then echo "-- $label: module not built, skipped"; continue; fi
   echo "== dpl $label"
   # shellcheck disable=SC2086
-  if env $envs timeout "$probe_limit" "$out/transport_probe" --transport "$so" --label "$label" \
+  if env $envs timeout "$probe_limit" "$probe" --transport "$so" --label "$label" \
        --ranks "$ranks" --max "$max" --reps "$reps" "${pin_opt[@]}" $popts \
        --tsv "$out/dpl_$label.tsv" --json "$out/dpl_$label.json"; then
     ran+=("$label")
@@ -153,7 +138,7 @@ for c in "${configs[@]}"; do
 done
 
 echo "== memcpy"
-"$out/transport_probe" --memcpy --max "$max" --reps "$reps" \
+"$probe" --memcpy --max "$max" --reps "$reps" \
   --tsv "$out/memcpy.tsv" --json "$out/memcpy.json"
 
 # ---------------------------------------------------------------------
@@ -214,7 +199,7 @@ dpl_round() {
   local label mod envs ranks popts
   IFS='|' read -r label mod envs ranks popts <<<"$(conf_of "$1")"
   # shellcheck disable=SC2086
-  env $envs timeout "$probe_limit" "$out/transport_probe" --transport "$(plugin "$mod")" \
+  env $envs timeout "$probe_limit" "$probe" --transport "$(plugin "$mod")" \
     --label "$label" --ranks "$ranks" --sizes "$cmp_list" --reps 1 "${pin_opt[@]}" $popts \
     --tsv "$out/cmp_${label}_$2.tsv" >/dev/null \
     || echo "-- $label: the probe failed in round $2"

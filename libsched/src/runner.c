@@ -682,8 +682,6 @@ void dpl__runner_cancel_all(dpl_runner *r)
 			collect_into(r, &q, deadline);
 			ls->ar_live = q.live;
 		}
-		if (ls->reducing)
-			r->nreducing--;
 		ls->reducing = false;
 	}
 }

@@ -206,7 +206,6 @@ struct dpl_runner {
 	uint32_t *lidx;          /* [nstages] index into ls, or DPL__NONE */
 	struct dpl__lstage *ls;
 	uint32_t nls;
-	uint32_t nreducing;      /* stages with a reduction under way */
 	const struct dpl_action *list;
 	size_t nlist;
 	size_t req_stride;

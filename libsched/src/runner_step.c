@@ -171,7 +171,7 @@ static int pump(dpl_runner *r)
 	n = r->t->ops->progress(r->t->ctx);
 	if (n < 0)
 		return pump_failed(r, n);
-	for (i = 0; r->nreducing > 0 && i < r->nls; i++) {
+	for (i = 0; i < r->nls; i++) {
 		struct dpl__lstage *ls = &r->ls[i];
 
 		if (!ls->reducing || !ls->ring.active)
@@ -699,7 +699,6 @@ static int run_reduce(dpl_runner *r, struct dpl__lstage *ls)
 	ls->gbufs = b;
 	ls->gn = n;
 	ls->reducing = true;
-	r->nreducing++;
 	r->st.bytes_reduced += ls->gcount * esize;
 	if (r->t->can_allreduce) {
 		rc = r->t->ops->iallreduce(r->t->ctx, ls->ar_req, ls->group,
@@ -729,7 +728,6 @@ static int run_step(dpl_runner *r, struct dpl__lstage *ls)
 		if ((rc = wait_for(r, ring_done, ls)) != 0)
 			return rc;
 		ls->reducing = false;
-		r->nreducing--;
 		for (i = 0; i < ls->gn; i++) {
 			const struct dpl_buffer *b = &ls->gbufs[i];
 

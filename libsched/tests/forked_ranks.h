@@ -7,17 +7,16 @@
 #ifndef DPL_TEST_FORKED_RANKS_H
 #define DPL_TEST_FORKED_RANKS_H
 
-#include <arpa/inet.h>
-#include <netinet/in.h>
 #include <signal.h>
 #include <string.h>
 #include <sys/mman.h>
-#include <sys/socket.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
 #include <criterion/criterion.h>
+
+#include "loopback_port.h"
 
 static inline void fr_sleep_ms(int ms)
 {
@@ -29,18 +28,10 @@ static inline void fr_sleep_ms(int ms)
 /* A port on 127.0.0.1 nobody listens on right now. */
 static inline unsigned fr_pick_port(void)
 {
-	struct sockaddr_in a;
-	socklen_t len = sizeof a;
-	int fd = socket(AF_INET, SOCK_STREAM, 0);
+	int port = dpl_test_loopback_port();
 
-	cr_assert(fd >= 0);
-	memset(&a, 0, sizeof a);
-	a.sin_family = AF_INET;
-	a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-	cr_assert(bind(fd, (struct sockaddr *)&a, sizeof a) == 0);
-	cr_assert(getsockname(fd, (struct sockaddr *)&a, &len) == 0);
-	close(fd);
-	return ntohs(a.sin_port);
+	cr_assert(port > 0, "no free port on 127.0.0.1");
+	return (unsigned)port;
 }
 
 /* `size` zeroed bytes that the ranks forked later share with the test. */

@@ -128,32 +128,61 @@ static void complete(struct ofi_ctx *c, struct ofi_op *op, int status)
 	release_if_idle(c, op);
 }
 
+/* ---- index FIFOs (struct ofi_fifo) --------------------------------- */
+
+/* The link field of element i (index + 1) of a FIFO's array. */
+typedef uint32_t *(*fifo_link)(struct ofi_ctx *c, uint32_t i);
+
+static uint32_t *op_next(struct ofi_ctx *c, uint32_t i)
+{
+	return &c->op[i - 1].next;
+}
+
+static uint32_t *op_qnext(struct ofi_ctx *c, uint32_t i)
+{
+	return &c->op[i - 1].qnext;
+}
+
+static uint32_t *bounce_next(struct ofi_ctx *c, uint32_t i)
+{
+	return &c->bounce[i - 1].next;
+}
+
+static void fifo_push(struct ofi_ctx *c, struct ofi_fifo *f, fifo_link link,
+		      uint32_t i)
+{
+	*link(c, i) = 0;
+	if (f->tail != 0)
+		*link(c, f->tail) = i;
+	else
+		f->head = i;
+	f->tail = i;
+}
+
+/* Take element i, which follows prev (0: i is the head), out of f. */
+static void fifo_unlink(struct ofi_ctx *c, struct ofi_fifo *f,
+			fifo_link link, uint32_t prev, uint32_t i)
+{
+	if (prev != 0)
+		*link(c, prev) = *link(c, i);
+	else
+		f->head = *link(c, i);
+	if (f->tail == i)
+		f->tail = prev;
+	*link(c, i) = 0;
+}
+
 static void wait_push(struct ofi_ctx *c, struct ofi_op *op)
 {
-	uint32_t i = idx_of(c, op) + 1;
-
 	op->waiting = 1;
-	op->next = 0;
-	if (c->wait_tail != 0)
-		c->op[c->wait_tail - 1].next = i;
-	else
-		c->wait_head = i;
-	c->wait_tail = i;
+	fifo_push(c, &c->wait, op_next, idx_of(c, op) + 1);
 }
 
 /* ---- receive queues and bounce buffers ------------------------------ */
 
 static void rq_push(struct ofi_ctx *c, struct ofi_op *op)
 {
-	struct ofi_peer *q = &c->peer[op->peer];
-	uint32_t i = idx_of(c, op) + 1;
-
-	op->qnext = 0;
-	if (q->rq_tail != 0)
-		c->op[q->rq_tail - 1].qnext = i;
-	else
-		q->rq_head = i;
-	q->rq_tail = i;
+	fifo_push(c, &c->peer[op->peer].rq, op_qnext, idx_of(c, op) + 1);
 }
 
 /* Take the oldest receive of peer p for `tag` (with tag_any: the oldest
@@ -161,20 +190,14 @@ static void rq_push(struct ofi_ctx *c, struct ofi_op *op)
 static struct ofi_op *rq_take(struct ofi_ctx *c, uint32_t p, uint64_t tag,
 			      const struct ofi_op *only)
 {
-	struct ofi_peer *q = &c->peer[p];
-	uint32_t i = q->rq_head, prev = 0;
+	struct ofi_fifo *f = &c->peer[p].rq;
+	uint32_t i = f->head, prev = 0;
 
 	while (i != 0) {
 		struct ofi_op *op = &c->op[i - 1];
 
 		if (only != NULL ? op == only : op->tag == tag) {
-			if (prev != 0)
-				c->op[prev - 1].qnext = op->qnext;
-			else
-				q->rq_head = op->qnext;
-			if (q->rq_tail == i)
-				q->rq_tail = prev;
-			op->qnext = 0;
+			fifo_unlink(c, f, op_qnext, prev, i);
 			return op;
 		}
 		prev = i;
@@ -234,33 +257,20 @@ static void feed_starved(struct ofi_ctx *c)
 
 static void ux_push(struct ofi_ctx *c, struct ofi_bounce *b)
 {
-	struct ofi_peer *q = &c->peer[b->peer];
-	uint32_t i = (uint32_t)(b - c->bounce) + 1;
-
-	b->next = 0;
-	if (q->ux_tail != 0)
-		c->bounce[q->ux_tail - 1].next = i;
-	else
-		q->ux_head = i;
-	q->ux_tail = i;
+	fifo_push(c, &c->peer[b->peer].ux, bounce_next,
+		  (uint32_t)(b - c->bounce) + 1);
 }
 
 static struct ofi_bounce *ux_take(struct ofi_ctx *c, uint32_t p, uint64_t tag)
 {
-	struct ofi_peer *q = &c->peer[p];
-	uint32_t i = q->ux_head, prev = 0;
+	struct ofi_fifo *f = &c->peer[p].ux;
+	uint32_t i = f->head, prev = 0;
 
 	while (i != 0) {
 		struct ofi_bounce *b = &c->bounce[i - 1];
 
 		if ((bhdr(c, b)->tag & ~OFI_MH_RTS) == tag) {
-			if (prev != 0)
-				c->bounce[prev - 1].next = b->next;
-			else
-				q->ux_head = b->next;
-			if (q->ux_tail == i)
-				q->ux_tail = prev;
-			b->next = 0;
+			fifo_unlink(c, f, bounce_next, prev, i);
 			return b;
 		}
 		prev = i;
@@ -382,12 +392,12 @@ static void peer_fail(struct ofi_ctx *c, uint32_t p, uint64_t now)
 	q->dead = true;
 	fail_ops(c, p, now, FAIL_ALL);
 	/* Nothing can match its messages any more. */
-	while (q->ux_head != 0) {
-		b = &c->bounce[q->ux_head - 1];
-		q->ux_head = b->next;
+	while (q->ux.head != 0) {
+		b = &c->bounce[q->ux.head - 1];
+		q->ux.head = b->next;
 		bounce_free(c, b);
 	}
-	q->ux_tail = 0;
+	q->ux.tail = 0;
 	feed_starved(c);
 }
 
@@ -738,9 +748,9 @@ static void post_bulk_send(struct ofi_ctx *c, struct ofi_op *op)
 
 static void retry_waits(struct ofi_ctx *c)
 {
-	uint32_t i = c->wait_head;
+	uint32_t i = c->wait.head;
 
-	c->wait_head = c->wait_tail = 0;
+	c->wait.head = c->wait.tail = 0;
 	while (i != 0) {
 		struct ofi_op *op = &c->op[i - 1];
 
@@ -1018,7 +1028,7 @@ static int progress_once(struct ofi_ctx *c)
 		return rc;
 	if (c->out_len != 0)
 		ctrl_flush(c);
-	if (c->wait_head != 0)
+	if (c->wait.head != 0)
 		retry_waits(c);
 	if (c->ctrl_unposted != 0)
 		ctrl_repost_all(c);

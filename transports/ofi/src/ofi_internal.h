@@ -81,6 +81,12 @@ struct ofi_rts {
 };
 
 /* A bounce buffer of the message channel. */
+/* A FIFO of array elements by index + 1 (0: none); each element keeps
+ * the index + 1 of the next in a link field of its own (ofi_data.c). */
+struct ofi_fifo {
+	uint32_t head, tail;
+};
+
 struct ofi_bounce {
 	struct fi_context2 fc;
 	uint32_t next; /* free, unexpected or pending list (index + 1) */
@@ -215,8 +221,8 @@ struct ofi_peer {
 	uint32_t held;     /* its arrivals waiting for earlier ones */
 	uint32_t seq_out;  /* next sequence number to it */
 	uint32_t seq_in;   /* next sequence number expected from it */
-	uint32_t rq_head, rq_tail; /* our receives from it (op index + 1) */
-	uint32_t ux_head, ux_tail; /* its unexpected arrivals (bounce + 1) */
+	struct ofi_fifo rq; /* our receives from it (ops, by qnext) */
+	struct ofi_fifo ux; /* its unexpected arrivals (bounces, by next) */
 };
 
 struct ofi_live;
@@ -250,7 +256,7 @@ struct ofi_ctx {
 	struct ofi_op *op; /* [nop] */
 	uint32_t nop;
 	uint32_t free_head; /* index + 1 */
-	uint32_t wait_head, wait_tail;
+	struct ofi_fifo wait; /* ops waiting for resources (by next) */
 	uint32_t ndoomed;
 	struct fid_mr *op_mr;
 

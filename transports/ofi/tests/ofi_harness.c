@@ -19,6 +19,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "loopback_port.h"
 #include "ofi_harness.h"
 #include "ofi_internal.h"
 
@@ -39,24 +40,6 @@ static void nap_us(long us)
 	struct timespec ts = {us / 1000000, (us % 1000000) * 1000};
 
 	nanosleep(&ts, NULL);
-}
-
-/* A loopback port that is free right now. */
-static int free_port(void)
-{
-	struct sockaddr_in sin;
-	socklen_t len = sizeof sin;
-	int fd = socket(AF_INET, SOCK_STREAM, 0), port = -1;
-
-	memset(&sin, 0, sizeof sin);
-	sin.sin_family = AF_INET;
-	sin.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-	if (fd >= 0 && bind(fd, (struct sockaddr *)&sin, sizeof sin) == 0 &&
-	    getsockname(fd, (struct sockaddr *)&sin, &len) == 0)
-		port = ntohs(sin.sin_port);
-	if (fd >= 0)
-		close(fd);
-	return port;
 }
 
 void h_fail(struct h_rank *r, int line, const char *cond, const char *fmt,
@@ -321,7 +304,7 @@ int h_job_run(struct h_job *j)
 		return -1;
 	}
 	memset(j->sh, 0, sizeof *j->sh);
-	port = free_port();
+	port = dpl_test_loopback_port();
 	snprintf(root, sizeof root, "%s:%d",
 		 j->root_host ? j->root_host : "127.0.0.1", port);
 	fflush(NULL);

@@ -20,6 +20,7 @@
 #include <dpl/transport.h>
 #include <dpl/transport_shm.h>
 
+#include "loopback_port.h"
 #include "shm_threads.h"
 
 #define BIG (3u << 20)
@@ -32,24 +33,6 @@ struct arg {
 	int failures;
 	char msg[256];
 };
-
-static int free_port(void)
-{
-	struct sockaddr_in a;
-	socklen_t len = sizeof a;
-	int fd = socket(AF_INET, SOCK_STREAM, 0), port = -1;
-
-	if (fd < 0)
-		return -1;
-	memset(&a, 0, sizeof a);
-	a.sin_family = AF_INET;
-	a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-	if (bind(fd, (struct sockaddr *)&a, sizeof a) == 0 &&
-	    getsockname(fd, (struct sockaddr *)&a, &len) == 0)
-		port = ntohs(a.sin_port);
-	close(fd);
-	return port;
-}
 
 static void fail(struct arg *a, const char *what, int rc)
 {
@@ -175,7 +158,7 @@ static int run_threads(void *(*fn)(void *), int n, const char *opts,
 {
 	struct arg a[4];
 	pthread_t t[4];
-	int i, port = free_port(), failures = 0;
+	int i, port = dpl_test_loopback_port(), failures = 0;
 
 	if (port < 0) {
 		snprintf(msg, size, "no free port");

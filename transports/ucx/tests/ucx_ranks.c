@@ -17,6 +17,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "loopback_port.h"
 #include "ucx_ranks.h"
 
 #define CHILD_FAIL 10
@@ -171,20 +172,10 @@ size_t pattern_bad(const unsigned char *buf, size_t len, uint32_t seed)
 /* A free loopback port for the bootstrap root. */
 static unsigned pick_port(void)
 {
-	struct sockaddr_in a;
-	socklen_t al = sizeof a;
-	unsigned port;
-	int fd = socket(AF_INET, SOCK_STREAM, 0);
+	int port = dpl_test_loopback_port();
 
-	cr_assert_geq(fd, 0);
-	memset(&a, 0, sizeof a);
-	a.sin_family = AF_INET;
-	a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-	cr_assert_eq(bind(fd, (struct sockaddr *)&a, sizeof a), 0);
-	cr_assert_eq(getsockname(fd, (struct sockaddr *)&a, &al), 0);
-	port = ntohs(a.sin_port);
-	close(fd);
-	return port;
+	cr_assert_gt(port, 0, "no free port on 127.0.0.1");
+	return (unsigned)port;
 }
 
 static void run_rank(struct job *job, uint32_t id, rank_fn fn, void *arg,
