@@ -82,6 +82,9 @@ struct world {
 	double quick[MAX_REPS][MAX_S]; /* the same, actions < PREEMPTED_NS */
 	double nquick[MAX_REPS][MAX_S]; /* how many those were */
 	double wall0[MAX_REPS][MAX_S], wall1[MAX_REPS][MAX_S];
+	/* busy ns and count per action kind, per rep and rank */
+	double kbusy[MAX_REPS][MAX_S][DPL_ACT__COUNT];
+	double kn[MAX_REPS][MAX_S][DPL_ACT__COUNT];
 	size_t actions;               /* per step, all ranks */
 	int rc;
 };
@@ -143,10 +146,17 @@ static void *rank_main(void *p)
 		k = i ? i - 1 : 0;
 		w->busy[k][a->rank] = w->quick[k][a->rank] = 0;
 		w->nquick[k][a->rank] = 0;
+		memset(w->kbusy[k][a->rank], 0, sizeof w->kbusy[k][a->rank]);
+		memset(w->kn[k][a->rank], 0, sizeof w->kn[k][a->rank]);
 		for (e = 0; e < nev; e++) {
 			uint64_t d = ev[e].end_ns - ev[e].start_ns;
+			uint32_t kind = ev[e].action.kind;
 
 			w->busy[k][a->rank] += (double)d;
+			if (kind < DPL_ACT__COUNT) {
+				w->kbusy[k][a->rank][kind] += (double)d;
+				w->kn[k][a->rank][kind]++;
+			}
 			if (d < PREEMPTED_NS) {
 				w->quick[k][a->rank] += (double)d;
 				w->nquick[k][a->rank]++;
@@ -172,15 +182,24 @@ struct result {
 	double preempted_share;       /* of the actions, left out above */
 	double cpu_ns_per_action;
 	double wall_us_per_step;
+	double kind_ns[DPL_ACT__COUNT]; /* busy ns per action of a kind */
 };
+
+/* The kinds a 1f1b list has, in the order the table prints them. */
+static const uint32_t kinds[] = {DPL_ACT_RECV_F, DPL_ACT_F, DPL_ACT_SEND_F,
+				 DPL_ACT_RECV_B, DPL_ACT_B, DPL_ACT_SEND_B,
+				 DPL_ACT_STEP};
+static const char *const kind_names[] = {"RECV_F", "F", "SEND_F", "RECV_B",
+					 "B", "SEND_B", "STEP"};
+#define NKINDS (sizeof kinds / sizeof kinds[0])
 
 static int bench(uint32_t S, uint32_t M, uint32_t reps, struct result *res)
 {
 	struct dpl_schedule_params sp = {0};
 	struct world *w = calloc(1, sizeof *w);
 	double cpu[MAX_REPS], busy[MAX_REPS], wall[MAX_REPS];
-	double quick[MAX_REPS], share[MAX_REPS];
-	uint32_t i, k;
+	double quick[MAX_REPS], share[MAX_REPS], kv[MAX_REPS];
+	uint32_t i, k, kk;
 	size_t n;
 
 	sp.stages = S;
@@ -226,6 +245,18 @@ static int bench(uint32_t S, uint32_t M, uint32_t reps, struct result *res)
 	res->quick_ns_per_action = bench_median(quick, (int)reps);
 	res->preempted_share = bench_median(share, (int)reps);
 	res->wall_us_per_step = bench_median(wall, (int)reps);
+	for (kk = 0; kk < DPL_ACT__COUNT; kk++) {
+		for (k = 0; k < reps; k++) {
+			double b = 0, c = 0;
+
+			for (i = 0; i < S; i++) {
+				b += w->kbusy[k][i][kk];
+				c += w->kn[k][i][kk];
+			}
+			kv[k] = c > 0 ? b / c : 0;
+		}
+		res->kind_ns[kk] = bench_median(kv, (int)reps);
+	}
 	dpl_schedule_destroy(w->s);
 	free(w);
 	return 0;
@@ -287,6 +318,17 @@ int main(int argc, char **argv)
 			       res[n].wall_us_per_step);
 			n++;
 		}
+	printf("\nbusy ns per action by kind (median of %u steps)\n", reps);
+	printf("%4s %6s", "S", "M");
+	for (j = 0; j < NKINDS; j++)
+		printf(" %8s", kind_names[j]);
+	printf("\n");
+	for (i = 0; i < n; i++) {
+		printf("%4u %6u", res[i].S, res[i].M);
+		for (j = 0; j < NKINDS; j++)
+			printf(" %8.1f", res[i].kind_ns[kinds[j]]);
+		printf("\n");
+	}
 	f = fopen(json, "w");
 	if (f == NULL) {
 		perror(json);
@@ -295,16 +337,22 @@ int main(int argc, char **argv)
 	fprintf(f, "{\"benchmark\":\"runner_overhead\",\"reps\":%u,"
 		"\"target_ns_per_action\":200,\"preempted_ns\":%u,"
 		"\"cases\":[", reps, PREEMPTED_NS);
-	for (i = 0; i < n; i++)
+	for (i = 0; i < n; i++) {
 		fprintf(f, "%s\n{\"S\":%u,\"M\":%u,\"actions\":%zu,"
 			"\"busy_ns_per_action\":%.1f,"
 			"\"unpreempted_ns_per_action\":%.1f,"
 			"\"preempted_share\":%.5f,"
-			"\"cpu_ns_per_action\":%.1f,\"wall_us_per_step\":%.1f}",
+			"\"cpu_ns_per_action\":%.1f,\"wall_us_per_step\":%.1f,"
+			"\"busy_ns_by_kind\":{",
 			i ? "," : "", res[i].S, res[i].M, res[i].actions,
 			res[i].busy_ns_per_action, res[i].quick_ns_per_action,
 			res[i].preempted_share, res[i].cpu_ns_per_action,
 			res[i].wall_us_per_step);
+		for (j = 0; j < NKINDS; j++)
+			fprintf(f, "%s\"%s\":%.1f", j ? "," : "",
+				kind_names[j], res[i].kind_ns[kinds[j]]);
+		fprintf(f, "}}");
+	}
 	fprintf(f, "\n]}\n");
 	fclose(f);
 	printf("wrote %s\n", json);

@@ -222,6 +222,15 @@ static DPL__NOINLINE int wait_for(dpl_runner *r, done_fn done, void *arg)
 		n = pump(r);
 		if (n < 0) {
 			rc = n;
+			/* A notice that came with the failure of what this
+			 * rank waits for: its own account comes first. */
+			if (r->by_notice &&
+			    (n = done(r, arg, &peer)) != DPL_EAGAIN &&
+			    n != 0) {
+				r->by_notice = false;
+				r->errmsg[0] = '\0';
+				rc = fail_peer(r, n, peer);
+			}
 			break;
 		}
 		if (n > 0) {

@@ -53,16 +53,18 @@ static void check_world(struct toy_world *w, const char *what)
 }
 
 static void run_case(enum dpl_policy pol, const struct layout *l,
-		     uint32_t mb, uint64_t batch)
+		     uint32_t mb, uint64_t batch, const char *options)
 {
 	struct toy_world *w = calloc(1, sizeof *w);
 	char what[160];
 	uint32_t i;
 	int rc;
 
-	snprintf(what, sizeof what, "%s on %s, M=%u, B=%llu",
-		 dpl_policy_name(pol), l->name, mb, (unsigned long long)batch);
+	snprintf(what, sizeof what, "%s on %s, M=%u, B=%llu, %s",
+		 dpl_policy_name(pol), l->name, mb, (unsigned long long)batch,
+		 options ? options : "default transport options");
 	w->cfg.world = what;
+	w->cfg.options = options;
 	w->cfg.policy = pol;
 	w->cfg.stages = l->stages;
 	w->cfg.microbatches = mb;
@@ -85,24 +87,34 @@ static void run_case(enum dpl_policy pol, const struct layout *l,
 /*
  * M < S: 3 micro-batches on the 4-stage pipeline (1 on the others, whose
  * S <= 2). M not divisible by the replicas: M = 5 with 2 or 3 replicas,
- * batch 7 so that some replica ranges are empty or uneven.
+ * batch 7 so that some replica ranges are empty or uneven. Each case
+ * twice: with the transport's defaults (these small messages complete
+ * when sent) and with eager=0, where every send waits for its receive,
+ * so a runner that waited for a send before posting the receive its peer
+ * needs would hang here.
  */
 static void run_policy(enum dpl_policy pol)
 {
-	size_t i;
+	static const char *const options[2] = {NULL, "eager=0"};
+	size_t i, k;
 
-	for (i = 0; i < sizeof layouts / sizeof layouts[0]; i++) {
-		const struct layout *l = &layouts[i];
-		uint32_t small = l->stages > 1 ? l->stages - 1 : 1;
+	for (k = 0; k < 2; k++)
+		for (i = 0; i < sizeof layouts / sizeof layouts[0]; i++) {
+			const struct layout *l = &layouts[i];
+			uint32_t small = l->stages > 1 ? l->stages - 1 : 1;
+			const char *o = options[k];
 
-		/* interleaved takes M a multiple of S only (schedule.h) */
-		if (pol != DPL_POLICY_INTERLEAVED || small % l->stages == 0)
-			run_case(pol, l, small, small + 2);
-		if (pol != DPL_POLICY_INTERLEAVED)
-			run_case(pol, l, 5, 7);
-		else
-			run_case(pol, l, 2 * l->stages, 2 * l->stages + 3);
-	}
+			/* interleaved takes M a multiple of S only
+			 * (schedule.h) */
+			if (pol != DPL_POLICY_INTERLEAVED ||
+			    small % l->stages == 0)
+				run_case(pol, l, small, small + 2, o);
+			if (pol != DPL_POLICY_INTERLEAVED)
+				run_case(pol, l, 5, 7, o);
+			else
+				run_case(pol, l, 2 * l->stages,
+					 2 * l->stages + 3, o);
+		}
 }
 
 /* A world of every rank healthy: `stages` stages of one replica each

@@ -2,8 +2,9 @@
  * threads_check.c - the threaded runner cases without Criterion, for
  * ThreadSanitizer builds (Criterion cannot start under TSan: its
  * inheritable arena fails, Snaipe/Criterion#274). Runs every policy on
- * every layout, a failing callback and a silent rank; exits non-zero on
- * any wrong value, step error or bound mismatch.
+ * every layout, a failing callback and a silent rank, and the in-process
+ * transport alone under a flood of mixed sizes; exits non-zero on any
+ * wrong value, step error or bound mismatch.
  */
 #include "toy_world.h"
 
@@ -65,6 +66,117 @@ static void one(enum dpl_policy pol, uint32_t stages, const uint32_t *reps,
 	free(w);
 }
 
+/*
+ * The transport alone: FLOOD_N ranks in a ring, each posting bursts of
+ * sends to the next (ring-sized, list-sized and past the ring's room)
+ * before receiving the previous rank's, so the rings fill, the lists
+ * take over and ranks sleep in wait; every message checked in order.
+ */
+#define FLOOD_N 4
+#define FLOOD_MSGS 3000
+#define FLOOD_BURST 48
+
+extern const struct dpl_transport_ops dpl_transport_inproc;
+
+struct flood {
+	uint32_t rank;
+	int bad;
+	dpl_transport *t;
+};
+
+static size_t flood_len(int i)
+{
+	static const size_t lens[3] = {8, 104, 200};
+
+	return lens[i % 3];
+}
+
+static int flood_finish(dpl_transport *t, void *req)
+{
+	const struct dpl_transport_ops *o = &dpl_transport_inproc;
+	int rc, k;
+
+	for (k = 0; k < 1000000; k++) {
+		if ((rc = o->test(dpl_transport_ctx(t), req)) != DPL_EAGAIN)
+			return rc;
+		o->progress(dpl_transport_ctx(t));
+		o->wait(dpl_transport_ctx(t), 1000000);
+	}
+	return DPL_ETIMEDOUT;
+}
+
+static void *flood_main(void *arg)
+{
+	const struct dpl_transport_ops *o = &dpl_transport_inproc;
+	struct flood *x = arg;
+	struct dpl_transport_params p = {0};
+	uint32_t next = (x->rank + 1) % FLOOD_N,
+		 prev = (x->rank + FLOOD_N - 1) % FLOOD_N;
+	unsigned char *req = calloc(2 * FLOOD_BURST, 256);
+	unsigned char (*out)[200] = calloc(FLOOD_BURST, 200);
+	unsigned char in[200];
+	int i, j, rc;
+
+	p.rank = x->rank;
+	p.world_size = FLOOD_N;
+	p.bootstrap = "flood";
+	if (req == NULL || out == NULL ||
+	    dpl_transport_open(o, &p, &x->t) != 0) {
+		x->bad = -1;
+		free(req);
+		free(out);
+		return NULL;
+	}
+	for (i = 0; i < FLOOD_MSGS; i += FLOOD_BURST) {
+		for (j = 0; j < FLOOD_BURST; j++) {
+			memset(out[j], (x->rank * 31 + i + j) & 0xff, 200);
+			rc = o->isend(dpl_transport_ctx(x->t), req + j * 256,
+				      next, (uint64_t)((i + j) % 5), out[j],
+				      flood_len(i + j), DPL_MEM_HOST);
+			x->bad += rc != 0;
+		}
+		for (j = 0; j < FLOOD_BURST; j++) {
+			void *r = req + (FLOOD_BURST + j) * 256;
+			size_t n = flood_len(i + j), k;
+
+			rc = o->irecv(dpl_transport_ctx(x->t), r, prev,
+				      (uint64_t)((i + j) % 5), in, n,
+				      DPL_MEM_HOST);
+			if (rc == 0)
+				rc = flood_finish(x->t, r);
+			for (k = 0; rc == 0 && k < n; k++)
+				rc = in[k] == ((prev * 31 + i + j) & 0xff)
+					     ? 0 : -1;
+			x->bad += rc != 0;
+		}
+		for (j = 0; j < FLOOD_BURST; j++)
+			x->bad += flood_finish(x->t, req + j * 256) != 0;
+	}
+	free(req);
+	free(out);
+	return NULL;
+}
+
+static void flood_check(void)
+{
+	struct flood x[FLOOD_N];
+	pthread_t th[FLOOD_N];
+	uint32_t i;
+
+	for (i = 0; i < FLOOD_N; i++) {
+		x[i].rank = i;
+		x[i].bad = 0;
+		x[i].t = NULL;
+		pthread_create(&th[i], NULL, flood_main, &x[i]);
+	}
+	for (i = 0; i < FLOOD_N; i++)
+		pthread_join(th[i], NULL);
+	for (i = 0; i < FLOOD_N; i++) {
+		CHECK(x[i].bad == 0, "flood: rank %u: %d bad", i, x[i].bad);
+		dpl_transport_close(x[i].t);
+	}
+}
+
 int main(void)
 {
 	static const uint32_t pipe[4] = {1, 1, 1, 1}, dp[1] = {3},
@@ -85,6 +197,7 @@ int main(void)
 	}
 	one(DPL_POLICY_1F1B, 3, err, 4, 8, 2, -1);
 	one(DPL_POLICY_1F1B, 3, err, 4, 8, -1, 3);
+	flood_check();
 	if (failures)
 		fprintf(stderr, "%d failures\n", failures);
 	else

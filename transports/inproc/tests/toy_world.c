@@ -191,6 +191,7 @@ static void *rank_main(void *arg)
 	tp.rank = ta->rank;
 	tp.world_size = w->world;
 	tp.bootstrap = w->cfg.world;
+	tp.options = w->cfg.options;
 	res->create_rc = dpl_transport_open(w->cfg.ops ? w->cfg.ops
 						       : &dpl_transport_inproc,
 					    &tp, &t);

@@ -48,6 +48,7 @@ struct toy_cfg {
 	int leave_rank;          /* leaves (closes its transport) at once */
 	size_t trace_capacity;
 	const struct dpl_transport_ops *ops; /* NULL: dpl_transport_inproc */
+	const char *options;     /* the transport's, or NULL */
 };
 
 struct toy_rank {
