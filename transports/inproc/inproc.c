@@ -138,6 +138,8 @@ struct ctx {
 	uint32_t rank;
 	uint32_t nactive;   /* peers this rank has receives from */
 	uint32_t eager;     /* largest message sent through the ring */
+	bool rescan;        /* a peer became active: progress looks at all
+			       of them even without news */
 	uint64_t seen;      /* doorbell count at the last progress */
 	int extra;          /* completions to report at the next progress */
 	struct peer *peer;  /* [world size] */
@@ -418,11 +420,14 @@ static int inproc_init(void *vctx, const struct dpl_transport_params *p)
 
 /* ---- receiving ------------------------------------------------------ */
 
+/* p has receives posted now. Its ring may hold messages that came while
+ * it had none, whose news an earlier progress took: look again. */
 static void activate(struct ctx *c, uint32_t p)
 {
 	if (c->peer[p].act == NONE) {
 		c->peer[p].act = c->nactive;
 		c->active[c->nactive++] = p;
+		c->rescan = true;
 	}
 }
 
@@ -788,8 +793,10 @@ static int inproc_progress(void *vctx)
 
 	c->seen = n;
 	c->extra = 0;
-	if (!rung && atomic_load_explicit(&k->news, memory_order_relaxed) == 0)
+	if (!rung && !c->rescan &&
+	    atomic_load_explicit(&k->news, memory_order_relaxed) == 0)
 		return d > INT32_MAX ? INT32_MAX : (int)d;
+	c->rescan = false;
 	/* Cleared before looking (the exchange is a full fence): what a
 	 * sender publishes after the look sets it again. */
 	atomic_exchange(&k->news, 0);
@@ -849,7 +856,8 @@ static int inproc_wait(void *vctx, uint64_t timeout_ns)
 	struct timespec ts;
 	uint64_t ns;
 
-	if (c->extra > 0 || atomic_load(&b->n) != c->seen || pending(c))
+	if (c->extra > 0 || c->rescan || atomic_load(&b->n) != c->seen ||
+	    pending(c))
 		return 0;
 	if (timeout_ns > 3600u * UINT64_C(1000000000))
 		timeout_ns = 3600u * UINT64_C(1000000000);

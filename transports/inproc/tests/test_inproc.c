@@ -326,6 +326,34 @@ Test(inproc, small_sends_complete_at_once_and_arrive_later)
 	dpl_transport_close(b);
 }
 
+/* A message that came while its receiver had no receive from the
+ * sender, and whose arrival an earlier progress already took note of,
+ * is found by the progress after the receive is posted. */
+Test(inproc, progress_finds_what_came_before_the_receive)
+{
+	dpl_transport *a = open_rank("early", 0, 3),
+		      *b = open_rank("early", 1, 3),
+		      *c = open_rank("early", 2, 3);
+	uint32_t v = 5, w = 6, got = 0, got2 = 0;
+	void *s = req_new(), *s2 = req_new(), *r = req_new(),
+	     *r2 = req_new();
+
+	/* b waits for c only; a's message comes meanwhile. */
+	cr_assert_eq(O->irecv(CTX(b), r2, 2, 1, &got2, 4, DPL_MEM_HOST), 0);
+	cr_assert_eq(O->isend(CTX(a), s, 1, 1, &v, 4, DPL_MEM_HOST), 0);
+	cr_assert_eq(O->progress(CTX(b)), 0);
+	cr_assert_eq(O->irecv(CTX(b), r, 0, 1, &got, 4, DPL_MEM_HOST), 0);
+	cr_assert_eq(O->progress(CTX(b)), 1);
+	cr_assert_eq(O->test(CTX(b), r), 0);
+	cr_assert_eq(got, 5);
+	cr_assert_eq(O->isend(CTX(c), s2, 1, 1, &w, 4, DPL_MEM_HOST), 0);
+	cr_assert_eq(finish(b, r2), 0);
+	cr_assert_eq(got2, 6);
+	dpl_transport_close(a);
+	dpl_transport_close(b);
+	dpl_transport_close(c);
+}
+
 /*
  * More unexpected small messages than a ring holds, on one tag and on
  * many: the ones that find the ring full wait in the list, and every
