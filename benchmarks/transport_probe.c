@@ -5,7 +5,9 @@
  * timed by the same loop; and, with --memcpy, the memcpy bandwidth of the
  * same sizes for scale.
  *
- *  - ping-pong: rank 0 sends, rank 1 answers with the same size; the
+ *  - ping-pong: rank 0 sends, rank 1 answers with the same size; each
+ *    rank posts its next receive as soon as the last one completed,
+ *    before it sends (as fi_pingpong and ucx_perftest do); the
  *    one-way latency is half a round trip, reported as the median over
  *    the round trips (ucx_perftest's tag_lat "50.0%ile") and as the mean,
  *    and the ping-pong bandwidth is size / mean one-way time (what
@@ -209,23 +211,37 @@ static int post(struct rank *r, bool send, void *req, uint64_t tag,
 	}
 }
 
-/* Receives land in buf, sends leave from buf + size. */
+/* Receives land in buf, sends leave from buf + size. Each rank posts
+ * its next receive as soon as the current one completed, before it
+ * sends (as fi_pingpong and ucx_perftest do), so every receive is
+ * posted before its message is sent. Receives alternate between
+ * requests 0 and 2; request 1 is the send. */
 static int pingpong(struct rank *r, size_t size, unsigned n,
 		    unsigned char *buf, double *rt)
 {
 	unsigned i;
 	double t;
 
+	if (n > 0 && post(r, false, R(r, 0), 1, buf, size))
+		return -1;
 	for (i = 0; i < n; i++) {
+		void *cur = R(r, i % 2 ? 2 : 0), *next = R(r, i % 2 ? 0 : 2);
+
 		t = now_s();
-		if (post(r, false, R(r, 0), 1, buf, size))
-			return -1;
-		if (r->me == 1 && wait_req(r, R(r, 0), "ping"))
-			return -1;
+		if (r->me == 1) {
+			if (wait_req(r, cur, "ping"))
+				return -1;
+			if (i + 1 < n && post(r, false, next, 1, buf, size))
+				return -1;
+		}
 		if (post(r, true, R(r, 1), 1, buf + size, size))
 			return -1;
-		if (r->me == 0 && wait_req(r, R(r, 0), "pong"))
-			return -1;
+		if (r->me == 0) {
+			if (wait_req(r, cur, "pong"))
+				return -1;
+			if (i + 1 < n && post(r, false, next, 1, buf, size))
+				return -1;
+		}
 		if (wait_req(r, R(r, 1), "send"))
 			return -1;
 		if (rt != NULL)
@@ -357,7 +373,9 @@ static void run_rank(uint32_t me, struct result *res)
 	}
 	r.ctx = dpl_transport_ctx(r.t);
 	r.stride = (ops->req_size + 63) / 64 * 64;
-	r.req = aligned_alloc(64, r.stride * (size_t)(O.window + 1));
+	/* The stream's window and its ack; the ping-pong uses three. */
+	r.req = aligned_alloc(64, r.stride * (size_t)(O.window < 2 ? 3
+								   : O.window + 1));
 	for (s = 0; s < nsizes; s++) {
 		size_t need = sizes[s] * (O.distinct ? window_for(sizes[s]) : 2);
 

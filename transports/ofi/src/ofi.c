@@ -178,6 +178,9 @@ static void teardown(struct ofi_ctx *c)
 	if (c->sent != NULL && c->peer != NULL)
 		for (r = 0; r < c->n; r++)
 			c->sent[r] = c->peer[r].sent;
+	/* Peers holding an offer of ours should not send on it. */
+	if (c->op != NULL && c->peer != NULL && c->ep != NULL)
+		dpl__ofi_data_retract(c);
 	dpl__ofi_live_close(c->live, c->sent);
 	c->live = NULL;
 	dpl__ofi_fabric_close(c);
@@ -511,6 +514,12 @@ const char *dpl__ofi_local_address(void *ctx)
 const char *dpl__ofi_provider(void *ctx)
 {
 	return ((struct ofi_ctx *)ctx)->prov;
+}
+
+void dpl__ofi_offer_counts(void *ctx, uint64_t *posted, uint64_t *used)
+{
+	*posted = ((struct ofi_ctx *)ctx)->offers_posted;
+	*used = ((struct ofi_ctx *)ctx)->offers_used;
 }
 
 DPL_EXTERN const struct dpl_transport_ops dpl_transport_ofi = {

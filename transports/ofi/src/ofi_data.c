@@ -1,7 +1,8 @@
 /*
  * ofi_data.c - the data path of the libfabric transport: posting sends
  * and receives, reading the completion queue, the request-to-send
- * exchange for large messages, and failing the requests of dead peers.
+ * exchange for large messages, offers (large receives posted ahead), and
+ * failing the requests of dead peers.
  *
  * Everything here runs on the thread that owns the context and allocates
  * nothing: operation slots, control buffers and bounce buffers are set up
@@ -34,9 +35,23 @@
 /* A peer that closed with messages still to match: its receives fail
  * once none of them matched for this long. */
 #define CLOSE_IDLE_NS (1000u * 1000000u)
+/* Bounce buffers posted per peer at most. Providers match every arrival
+ * against their posted receives in order (shm 1.17: a list), and a
+ * payload's receive is posted after the bounce buffers: every one more
+ * is a step more for each payload (64 instead of 8 cost about 0.5 us
+ * per 16 KiB to 64 KiB message on shm). Bursts beyond them wait in the
+ * provider, bounded by the credits. */
+#define OFI_BPP_MAX 8
+/* Rounds of progress a cancel of an offered receive spends waiting for
+ * the fabric to confirm that its payload receive is gone. */
+#define CANCEL_ROUNDS 64
 
 static void complete(struct ofi_ctx *c, struct ofi_op *op, int status);
 static void top_up(struct ofi_ctx *c, uint32_t p);
+static int progress_once(struct ofi_ctx *c);
+static void offer_flush_all(struct ofi_ctx *c);
+static void offer_keep(struct ofi_ctx *c, uint32_t src,
+		       const struct ofi_offer_wire *m);
 
 /* A posted fabric operation that may succeed later: shm 1.17 says
  * -FI_ENOMEM when its receive entries are in use, which is transient. */
@@ -87,6 +102,13 @@ static struct ofi_op *slot_alloc(struct ofi_ctx *c)
 	op->cancelling = 0;
 	op->waiting = 0;
 	op->bulk_rx = 0;
+	op->offered = 0;
+	op->offer_rx = 0;
+	op->offer_done = 0;
+	op->cts = 0;
+	op->drain = 0;
+	op->offer_st = 0;
+	op->btag = 0;
 	op->doom = 0;
 	op->mr.mr = NULL;
 	op->mr.idx = -1;
@@ -109,9 +131,32 @@ static void release_if_idle(struct ofi_ctx *c, struct ofi_op *op)
 		slot_free(c, op);
 }
 
+/* Forget op's offer if it has not left yet (then the peer never sees
+ * it). Returns whether it had not. */
+static bool offer_unsend(struct ofi_ctx *c, struct ofi_op *op)
+{
+	struct ofi_peer *q = &c->peer[op->peer];
+
+	if (!q->pend_set || q->pend.cookie != (op->btag & TAG_LOW))
+		return false;
+	q->pend_set = false;
+	c->npend--;
+	return true;
+}
+
 static void complete(struct ofi_ctx *c, struct ofi_op *op, int status)
 {
 	if (op->req != NULL) {
+		/* An offer ending with its request: its payload receive
+		 * leaves the fabric (the completion of that is ignored). */
+		if (op->offer_rx)
+			(void)fi_cancel(&c->ep->fid, &op->fc[2]);
+		if (op->offered) {
+			(void)offer_unsend(c, op);
+			op->offered = 0;
+			if (c->peer[op->peer].offers_out > 0)
+				c->peer[op->peer].offers_out--;
+		}
 		if (op->send && (status == 0 || status == DPL_ETRUNC))
 			c->peer[op->peer].sent++;
 		if (c->peer[op->peer].closing)
@@ -344,6 +389,10 @@ static void fail_ops(struct ofi_ctx *c, uint32_t p, uint64_t now,
 			if (what == FAIL_ALL)
 				doom(c, op, 1, now);
 			break;
+		case OP_R_OBULK:
+			if (what == FAIL_ALL)
+				doom(c, op, 2, now);
+			break;
 		case OP_R_BULK_WAIT:
 		case OP_S_BULK_WAIT:
 			if (what == FAIL_RECV)
@@ -368,6 +417,15 @@ static void fail_ops(struct ofi_ctx *c, uint32_t p, uint64_t now,
 	}
 	if (what == FAIL_RECV)
 		return;
+	/* Its offers are void: sends to it fail from now on; ours to it
+	 * need not leave. */
+	for (k = 0; k < OFI_OFFERS; k++)
+		c->peer[p].offer[k].valid = false;
+	c->peer[p].offers_in = 0;
+	if (c->peer[p].pend_set) {
+		c->peer[p].pend_set = false;
+		c->npend--;
+	}
 	/* Drop control messages queued for p. */
 	for (k = 0, j = 0; k < c->out_len; k++) {
 		struct ofi_ctrl_out *m = &c->out[(c->out_head + k) % c->out_cap];
@@ -529,8 +587,10 @@ static void ctrl_flush(struct ofi_ctx *c)
 	}
 }
 
-static void ctrl_send(struct ofi_ctx *c, uint32_t peer, uint32_t type,
-		      uint64_t cookie, uint64_t len)
+/* Send a control message now, or queue it when the fabric is busy. */
+static void ctrl_send_full(struct ofi_ctx *c, uint32_t peer, uint32_t type,
+			   uint64_t cookie, uint64_t len, uint64_t tag,
+			   uint32_t seq)
 {
 	struct ofi_ctrl_out m;
 	uint32_t k;
@@ -543,8 +603,10 @@ static void ctrl_send(struct ofi_ctx *c, uint32_t peer, uint32_t type,
 	m.m.magic = OFI_CTRL_MAGIC;
 	m.m.type = type;
 	m.m.src = c->rank;
+	m.m.seq = seq;
 	m.m.cookie = cookie;
 	m.m.len = len;
+	m.m.tag = tag;
 	if (c->out_len == 0)
 		rc = ctrl_inject(c, &m);
 	if (rc == 0)
@@ -565,12 +627,19 @@ static void ctrl_send(struct ofi_ctx *c, uint32_t peer, uint32_t type,
 				return;
 			}
 		}
-	/* At most one CTS or NACK per slot and one CREDIT per peer are
-	 * queued: never full. */
+	/* At most one CTS or NACK and one OFFER or RETRACT per slot, one
+	 * CREDIT per peer and one RETRACTED per offer a peer may have out
+	 * are queued: never full. */
 	if (c->out_len < c->out_cap) {
 		c->out[(c->out_head + c->out_len) % c->out_cap] = m;
 		c->out_len++;
 	}
+}
+
+static void ctrl_send(struct ofi_ctx *c, uint32_t peer, uint32_t type,
+		      uint64_t cookie, uint64_t len)
+{
+	ctrl_send_full(c, peer, type, cookie, len, 0, 0);
 }
 
 /* Tell p about the bounce buffers posted again for it. */
@@ -675,16 +744,20 @@ static int post_send_msg(struct ofi_ctx *c, struct ofi_op *op)
 	return rc;
 }
 
-/* The request to send: header, cookie and length. Returns 1 when it went
+/* The request to send: header, cookie (op->w.cookie: ours, or the
+ * receiver's marked OFI_RTS_OFFER) and length. Returns 1 when it went
  * out as an inject (no completion will come), 0 when posted, or an fi
  * error. */
 static int post_rts(struct ofi_ctx *c, struct ofi_op *op)
 {
 	int rc;
 
+	struct ofi_peer *q = &c->peer[op->peer];
+
 	mhdr_fill(c, &op->w.h, op->peer, op->tag | OFI_MH_RTS);
-	op->w.cookie = cookie_of(c, op);
 	op->w.len = op->len;
+	op->w.offer = q->pend;
+	op->w.offer.valid = q->pend_set;
 	if (sizeof op->w <= c->inject) {
 		rc = (int)fi_tinject(c->ep, &op->w, sizeof op->w,
 				     c->peer[op->peer].addr, OFI_TAG_MSG);
@@ -696,20 +769,29 @@ static int post_rts(struct ofi_ctx *c, struct ofi_op *op)
 				   c->peer[op->peer].addr, OFI_TAG_MSG,
 				   &op->fc[0]);
 	}
-	if (rc >= 0)
+	if (rc >= 0) {
 		mhdr_sent(c, &op->w.h, op->peer);
+		if (q->pend_set) {
+			q->pend_set = false;
+			c->npend--;
+		}
+	}
 	return rc;
 }
 
+/* The bulk receive of a matched request to send, on op->btag: into the
+ * caller's buffer, or (op->drain) into the scratch area. */
 static void post_bulk_recv(struct ofi_ctx *c, struct ofi_op *op)
 {
-	uint64_t cookie = op->w.cookie;
 	int rc = -FI_EAGAIN;
 
 	if (c->nbulk < c->bulk_max)
-		rc = (int)fi_trecv(c->ep, op->buf, op->len,
-				   desc_of(c, &op->mr), c->peer[op->peer].addr,
-				   OFI_TAG_BULK | cookie, 0, &op->fc[1]);
+		rc = (int)fi_trecv(c->ep, op->drain ? c->scratch : op->buf,
+				   op->drain ? op->w.len : op->len,
+				   op->drain ? static_desc(c->scratch_mr)
+					     : desc_of(c, &op->mr),
+				   c->peer[op->peer].addr, op->btag, 0,
+				   &op->fc[1]);
 	if (fabric_busy(rc)) {
 		op->state = OP_R_BULK_WAIT;
 		wait_push(c, op);
@@ -723,7 +805,8 @@ static void post_bulk_recv(struct ofi_ctx *c, struct ofi_op *op)
 	op->bulk_rx = 1;
 	c->nbulk++;
 	op->state = OP_R_BULK;
-	ctrl_send(c, op->peer, OFI_CTRL_CTS, cookie, op->len);
+	if (op->cts)
+		ctrl_send(c, op->peer, OFI_CTRL_CTS, op->w.cookie, op->len);
 }
 
 static void post_bulk_send(struct ofi_ctx *c, struct ofi_op *op)
@@ -731,8 +814,7 @@ static void post_bulk_send(struct ofi_ctx *c, struct ofi_op *op)
 	int rc;
 
 	rc = (int)fi_tsend(c->ep, op->buf, op->len, desc_of(c, &op->mr),
-			   c->peer[op->peer].addr,
-			   OFI_TAG_BULK | cookie_of(c, op), &op->fc[1]);
+			   c->peer[op->peer].addr, op->btag, &op->fc[1]);
 	if (fabric_busy(rc)) {
 		op->state = OP_S_BULK_WAIT;
 		wait_push(c, op);
@@ -782,23 +864,74 @@ static void deliver(struct ofi_ctx *c, struct ofi_op *op,
 	uint32_t p = b->peer;
 	size_t mlen = b->len - MHDR;
 	struct ofi_rts w;
+	bool marked = false;
 
+	memset(&w, 0, sizeof w);
+	if (h->tag & OFI_MH_RTS) {
+		memcpy(&w, h, sizeof w);
+		marked = (w.cookie & OFI_RTS_OFFER) != 0;
+	}
+	if (op->offer_rx || op->offer_done) {
+		if (marked && (w.cookie & TAG_LOW) == (op->btag & TAG_LOW)) {
+			/* The peer used this receive's offer: its payload
+			 * is on its way to fc[2], or already here. */
+			bounce_free(c, b);
+			if (op->offered) {
+				(void)offer_unsend(c, op);
+				op->offered = 0;
+				c->peer[p].offers_out--;
+			}
+			if (op->offer_done) {
+				complete(c, op, op->offer_st);
+			} else {
+				op->state = OP_R_OBULK;
+			}
+			peer_matched(c, p);
+			return;
+		}
+		/* Any other message means the peer did not keep the offer
+		 * (it had sent something since): withdraw it. */
+		if (op->offer_rx)
+			(void)fi_cancel(&c->ep->fid, &op->fc[2]);
+		if (op->offered) {
+			(void)offer_unsend(c, op);
+			op->offered = 0;
+			c->peer[p].offers_out--;
+		}
+		op->offer_done = 0;
+	}
 	if (!(h->tag & OFI_MH_RTS)) {
 		if (mlen == op->len && mlen != 0)
 			memcpy(op->buf, bpayload(c, b), mlen);
 		bounce_free(c, b);
 		complete(c, op, mlen == op->len ? 0 : DPL_ETRUNC);
 	} else {
-		memcpy(&w, h, sizeof w);
 		bounce_free(c, b);
 		op->w.cookie = w.cookie & TAG_LOW;
-		if (op->doom != 0 || c->peer[p].closing || c->peer[p].dead) {
+		op->w.len = w.len;
+		if (marked) {
+			/* An offer withdrawn by a cancel, used by the peer
+			 * before it heard so: the payload is already sent to
+			 * OBULK|cookie and goes to this receive (or, when the
+			 * lengths differ, to the scratch area). */
+			op->btag = OFI_TAG_OBULK | op->w.cookie;
+			op->cts = 0;
+			op->drain = w.len != op->len;
+			if (op->drain && w.len > OFI_OFFER_MAX)
+				complete(c, op, DPL_EIO);
+			else
+				post_bulk_recv(c, op);
+		} else if (op->doom != 0 || c->peer[p].closing ||
+			   c->peer[p].dead) {
 			/* The payload needs the peer, which is going. */
 			complete(c, op, DPL_EPEER);
 		} else if (w.len != op->len) {
 			ctrl_send(c, p, OFI_CTRL_NACK, op->w.cookie, op->len);
 			complete(c, op, DPL_ETRUNC);
 		} else {
+			op->btag = OFI_TAG_BULK | op->w.cookie;
+			op->cts = 1;
+			op->drain = 0;
 			post_bulk_recv(c, op);
 		}
 	}
@@ -811,8 +944,12 @@ static void arrive(struct ofi_ctx *c, struct ofi_bounce *b)
 {
 	struct ofi_op *op;
 
+	struct ofi_rts *w = (struct ofi_rts *)bhdr(c, b);
+
 	/* Its credit goes back: it is out of the provider's hands. */
 	c->peer[b->peer].grant++;
+	if ((w->h.tag & OFI_MH_RTS) && b->len >= sizeof *w && w->offer.valid)
+		offer_keep(c, b->peer, &w->offer);
 	op = rq_take(c, b->peer, bhdr(c, b)->tag & ~OFI_MH_RTS, NULL);
 	if (op != NULL)
 		deliver(c, op, b);
@@ -869,6 +1006,69 @@ static void on_bounce(struct ofi_ctx *c, struct ofi_bounce *b, int err,
 
 /* ---- completions ---------------------------------------------------- */
 
+/* A cancel of an offered receive won: the payload receive left the
+ * fabric before anything landed. The peer may still hold the offer;
+ * RETRACT removes it (RETRACTED gives its table entry back). */
+static void cancel_done(struct ofi_ctx *c, struct ofi_op *op)
+{
+	if (rq_take(c, op->peer, 0, op) == NULL)
+		return;
+	if (op->offered) {
+		op->offered = 0;
+		if (offer_unsend(c, op))
+			c->peer[op->peer].offers_out--;
+		else
+			ctrl_send(c, op->peer, OFI_CTRL_RETRACT,
+				  op->btag & TAG_LOW, 0);
+	}
+	complete(c, op, DPL_ECANCELED);
+}
+
+/* The payload receive of an offer (fc[2]) completed. */
+static void on_offer_rx(struct ofi_ctx *c, struct ofi_op *op, int err,
+			size_t len)
+{
+	int st;
+
+	op->offer_rx = 0;
+	c->nbulk--;
+	if (op->req == NULL) {
+		release_if_idle(c, op);
+		return;
+	}
+	if (err == FI_ECANCELED && op->doom == 0) {
+		/* Withdrawn here. A receive that matched the marked
+		 * request to send meanwhile posts for its payload again; a
+		 * cancelled one ends; one that went on without the offer
+		 * does not care. */
+		if (op->state == OP_R_OBULK) {
+			op->cts = 0;
+			op->drain = 0;
+			post_bulk_recv(c, op);
+		} else if (op->state == OP_R_HDR && op->cancelling) {
+			cancel_done(c, op);
+		}
+		return;
+	}
+	if (op->state != OP_R_HDR && op->state != OP_R_OBULK)
+		return;
+	if (err != 0) {
+		if (op->state == OP_R_HDR)
+			(void)rq_take(c, op->peer, 0, op);
+		complete(c, op, op_error(c, op, err));
+		return;
+	}
+	st = len == op->len ? 0 : DPL_ETRUNC;
+	if (op->state == OP_R_OBULK) {
+		complete(c, op, st);
+	} else {
+		/* The payload overtook its header, which still matches
+		 * this receive in sequence. */
+		op->offer_done = 1;
+		op->offer_st = st;
+	}
+}
+
 static void on_op(struct ofi_ctx *c, struct ofi_op *op, int which, int err,
 		  size_t len)
 {
@@ -877,6 +1077,10 @@ static void on_op(struct ofi_ctx *c, struct ofi_op *op, int which, int err,
 	if (which == 1 && op->bulk_rx) {
 		op->bulk_rx = 0;
 		c->nbulk--;
+	}
+	if (which == 2) {
+		on_offer_rx(c, op, err, len);
+		return;
 	}
 	if (op->req == NULL) {
 		release_if_idle(c, op);
@@ -897,10 +1101,74 @@ static void on_op(struct ofi_ctx *c, struct ofi_op *op, int which, int err,
 	}
 	if (err != 0)
 		complete(c, op, op_error(c, op, err));
-	else if (op->state == OP_R_BULK && len != op->len)
+	else if (op->state == OP_R_BULK && (op->drain || len != op->len))
 		complete(c, op, DPL_ETRUNC);
 	else
 		complete(c, op, 0);
+}
+
+/* ---- offers: the sender's table -------------------------------------- */
+
+static struct ofi_offer *offer_find(struct ofi_ctx *c, uint32_t p,
+				    uint64_t tag)
+{
+	struct ofi_peer *q = &c->peer[p];
+	uint32_t k;
+
+	if (q->offers_in == 0)
+		return NULL;
+	for (k = 0; k < OFI_OFFERS; k++)
+		if (q->offer[k].valid && q->offer[k].tag == tag)
+			return &q->offer[k];
+	return NULL;
+}
+
+static void offer_drop(struct ofi_ctx *c, uint32_t p, struct ofi_offer *o)
+{
+	o->valid = false;
+	c->peer[p].offers_in--;
+}
+
+/* An OFFER from m->src: kept when we sent it nothing it had not taken
+ * yet (so our next message with that tag is the one it matches). */
+static void offer_keep(struct ofi_ctx *c, uint32_t src,
+		       const struct ofi_offer_wire *m)
+{
+	struct ofi_peer *q = &c->peer[src];
+	uint32_t k, free_k = OFI_OFFERS;
+
+	if (q->dead || q->dying || q->closing || q->seq_out != m->seq ||
+	    m->len > OFI_OFFER_MAX || m->tag > DPL_TAG_MAX)
+		return;
+	for (k = 0; k < OFI_OFFERS; k++) {
+		if (q->offer[k].valid && q->offer[k].tag == m->tag)
+			return;
+		if (!q->offer[k].valid && free_k == OFI_OFFERS)
+			free_k = k;
+	}
+	if (free_k == OFI_OFFERS)
+		return;
+	q->offer[free_k].tag = m->tag;
+	q->offer[free_k].cookie = m->cookie & TAG_LOW;
+	q->offer[free_k].len = m->len;
+	q->offer[free_k].valid = true;
+	q->offers_in++;
+}
+
+/* A RETRACT: the receive behind the offer was cancelled. */
+static void offer_retract(struct ofi_ctx *c, const struct ofi_ctrl *m)
+{
+	struct ofi_peer *q = &c->peer[m->src];
+	uint64_t held = 0;
+	uint32_t k;
+
+	for (k = 0; k < OFI_OFFERS; k++)
+		if (q->offer[k].valid && q->offer[k].cookie == m->cookie) {
+			offer_drop(c, m->src, &q->offer[k]);
+			held = 1;
+			break;
+		}
+	ctrl_send(c, m->src, OFI_CTRL_RETRACTED, m->cookie, held);
 }
 
 static void on_ctrl(struct ofi_ctx *c, struct ofi_ctrl_slot *s, int err)
@@ -918,6 +1186,23 @@ static void on_ctrl(struct ofi_ctx *c, struct ofi_ctrl_slot *s, int err)
 	if (m.type == OFI_CTRL_CREDIT) {
 		if (m.len <= c->credit_max)
 			c->peer[m.src].credits += (uint32_t)m.len;
+		return;
+	}
+	if (m.type == OFI_CTRL_OFFER) {
+		struct ofi_offer_wire w = {.cookie = m.cookie, .len = m.len,
+					   .tag = m.tag, .seq = m.seq,
+					   .valid = 1};
+
+		offer_keep(c, m.src, &w);
+		return;
+	}
+	if (m.type == OFI_CTRL_RETRACT) {
+		offer_retract(c, &m);
+		return;
+	}
+	if (m.type == OFI_CTRL_RETRACTED) {
+		if (c->peer[m.src].offers_out > 0)
+			c->peer[m.src].offers_out--;
 		return;
 	}
 	idx = m.cookie & SLOT_MASK;
@@ -948,7 +1233,9 @@ static void dispatch(struct ofi_ctx *c, void *ctxp, int err, size_t len)
 		size_t i = (size_t)(p - (char *)c->op) / sizeof(struct ofi_op);
 		struct ofi_op *op = &c->op[i];
 
-		on_op(c, op, p == (char *)&op->fc[1], err, len);
+		on_op(c, op,
+		      (int)((size_t)(p - (char *)op->fc) / sizeof op->fc[0]),
+		      err, len);
 	} else if (p >= (char *)c->ctrl && p < (char *)(c->ctrl + OFI_NCTRL)) {
 		size_t i = (size_t)(p - (char *)c->ctrl) /
 			   sizeof(struct ofi_ctrl_slot);
@@ -1026,6 +1313,8 @@ static int progress_once(struct ofi_ctx *c)
 		check_live(c);
 	if ((rc = cq_drain(c)) != 0)
 		return rc;
+	if (c->npend != 0)
+		offer_flush_all(c);
 	if (c->out_len != 0)
 		ctrl_flush(c);
 	if (c->wait.head != 0)
@@ -1092,7 +1381,9 @@ static int inject_msg(struct ofi_ctx *c, uint32_t peer, uint64_t tag,
 int dpl__ofi_isend(struct ofi_ctx *c, struct ofi_req *r, uint32_t peer,
 		   uint64_t tag, const void *buf, size_t len)
 {
+	struct ofi_offer *offer;
 	struct ofi_op *op;
+	bool use;
 	void *desc;
 	int rc;
 
@@ -1106,17 +1397,38 @@ int dpl__ofi_isend(struct ofi_ctx *c, struct ofi_req *r, uint32_t peer,
 		if (c->peer[peer].credits == 0)
 			return DPL_EAGAIN;
 	}
+	/* An offer for this tag is consumed by this message, whatever it
+	 * is: the receiver matches it against the offered receive. A
+	 * message that would have to ask first looks for one that may have
+	 * just arrived. */
+	offer = offer_find(c, peer, tag);
+	if (offer == NULL && len > c->o.inline_max && c->o.offer) {
+		(void)progress_once(c);
+		if (c->peer[peer].dead || c->peer[peer].closing)
+			return dead_peer(c, peer);
+		offer = offer_find(c, peer, tag);
+	} else if (offer != NULL && c->live != NULL) {
+		/* A payload must not go to a peer that has just left. */
+		check_live(c);
+		if (c->peer[peer].dead || c->peer[peer].closing)
+			return dead_peer(c, peer);
+	}
 	if (len <= c->o.inline_max && MHDR + len <= c->inject &&
 	    len <= STAGE_MAX) {
 		rc = inject_msg(c, peer, tag, buf, len);
 		if (fabric_busy(rc)) {
 			(void)progress_once(c);
+			if (c->peer[peer].dead || c->peer[peer].closing)
+				return dead_peer(c, peer);
+			offer = offer_find(c, peer, tag);
 			rc = inject_msg(c, peer, tag, buf, len);
 		}
 		if (fabric_busy(rc))
 			return DPL_EAGAIN;
 		if (rc != 0)
 			return post_error(c, peer, "send", rc);
+		if (offer != NULL)
+			offer_drop(c, peer, offer);
 		r->status = 0;
 		r->slot = 0;
 		c->reported++;
@@ -1139,16 +1451,29 @@ int dpl__ofi_isend(struct ofi_ctx *c, struct ofi_req *r, uint32_t peer,
 		rc = post_send_msg(c, op);
 		if (fabric_busy(rc)) {
 			(void)progress_once(c);
+			offer = offer_find(c, peer, tag);
 			rc = post_send_msg(c, op);
 		}
 	} else {
+		use = offer != NULL && offer->len == len;
 		op->state = OP_S_RTS;
+		op->w.cookie = use ? offer->cookie | OFI_RTS_OFFER
+				   : cookie_of(c, op);
 		rc = post_rts(c, op);
 		if (fabric_busy(rc)) {
 			(void)progress_once(c);
+			/* Progress may have taken the offer back. */
+			offer = offer_find(c, peer, tag);
+			use = offer != NULL && offer->len == len;
+			op->w.cookie = use ? offer->cookie | OFI_RTS_OFFER
+					   : cookie_of(c, op);
 			rc = post_rts(c, op);
 		}
+		op->btag = use ? OFI_TAG_OBULK | offer->cookie
+			       : OFI_TAG_BULK | cookie_of(c, op);
 	}
+	if (rc >= 0 && (c->peer[peer].dead || c->peer[peer].closing))
+		offer = NULL; /* progress above voided the table */
 	if (rc < 0) {
 		slot_free(c, op);
 		if (fabric_busy(rc))
@@ -1160,7 +1485,81 @@ int dpl__ofi_isend(struct ofi_ctx *c, struct ofi_req *r, uint32_t peer,
 	op->req = r;
 	r->status = DPL_EAGAIN;
 	r->slot = idx_of(c, op) + 1;
+	if (offer != NULL) {
+		offer_drop(c, peer, offer);
+		/* The receive is posted: the payload goes now. */
+		if (op->state == OP_S_RTS && (op->w.cookie & OFI_RTS_OFFER)) {
+			c->offers_used++;
+			post_bulk_send(c, op);
+		}
+	}
+	if (c->npend != 0)
+		offer_flush_all(c);
 	return 0;
+}
+
+/* The waiting offer to p goes alone, as an OFFER control message. */
+static void offer_flush(struct ofi_ctx *c, uint32_t p)
+{
+	struct ofi_peer *q = &c->peer[p];
+
+	if (!q->pend_set)
+		return;
+	q->pend_set = false;
+	c->npend--;
+	ctrl_send_full(c, p, OFI_CTRL_OFFER, q->pend.cookie, q->pend.len,
+		       q->pend.tag, q->pend.seq);
+}
+
+static void offer_flush_all(struct ofi_ctx *c)
+{
+	uint32_t p;
+
+	for (p = 0; p < c->n && c->npend != 0; p++)
+		offer_flush(c, p);
+}
+
+/*
+ * Offer a receive just queued, when it is large enough to be asked for,
+ * small enough for the scratch area, the only one waiting for its tag
+ * from that peer, and the peer has room for the offer: post it on
+ * OBULK|cookie now and tell the peer.
+ */
+static void offer_post(struct ofi_ctx *c, struct ofi_op *op)
+{
+	struct ofi_peer *q = &c->peer[op->peer];
+	uint32_t i;
+	int rc;
+
+	if (!c->o.offer || op->len <= c->o.inline_max ||
+	    op->len > OFI_OFFER_MAX || q->offers_out >= OFI_OFFERS ||
+	    c->nbulk >= c->bulk_max || q->dying || q->closing)
+		return;
+	for (i = q->rq.head; i != 0; i = c->op[i - 1].qnext)
+		if (&c->op[i - 1] != op && c->op[i - 1].tag == op->tag)
+			return;
+	op->btag = OFI_TAG_OBULK | cookie_of(c, op);
+	rc = (int)fi_trecv(c->ep, op->buf, op->len, desc_of(c, &op->mr),
+			   q->addr, op->btag, 0, &op->fc[2]);
+	if (rc != 0)
+		return; /* no offer: the request to send asks as before */
+	op->busy++;
+	op->offer_rx = 1;
+	op->offered = 1;
+	c->nbulk++;
+	q->offers_out++;
+	c->offers_posted++;
+	/* It waits for a ride on the next request to send to that peer
+	 * (see ofi_internal.h); an older one still waiting goes alone. */
+	if (q->pend_set)
+		offer_flush(c, op->peer);
+	q->pend.cookie = cookie_of(c, op);
+	q->pend.len = op->len;
+	q->pend.tag = op->tag;
+	q->pend.seq = q->seq_in;
+	q->pend.valid = 1;
+	q->pend_set = true;
+	c->npend++;
 }
 
 int dpl__ofi_irecv(struct ofi_ctx *c, struct ofi_req *r, uint32_t peer,
@@ -1192,6 +1591,7 @@ int dpl__ofi_irecv(struct ofi_ctx *c, struct ofi_req *r, uint32_t peer,
 	b = ux_take(c, peer, tag);
 	if (b == NULL) {
 		rq_push(c, op);
+		offer_post(c, op);
 		return 0;
 	}
 	/* Already here: it completes now, or asks for the payload. */
@@ -1203,6 +1603,7 @@ int dpl__ofi_irecv(struct ofi_ctx *c, struct ofi_req *r, uint32_t peer,
 int dpl__ofi_cancel(struct ofi_ctx *c, struct ofi_req *r)
 {
 	struct ofi_op *op;
+	unsigned k;
 
 	if (r->status != DPL_EAGAIN || r->slot == 0 || r->slot > c->nop)
 		return dpl_set_error(DPL_EINVAL,
@@ -1215,8 +1616,24 @@ int dpl__ofi_cancel(struct ofi_ctx *c, struct ofi_req *r)
 				     "not pending");
 	/* Only a receive not matched yet can end early; anything further
 	 * along completes normally. */
-	if (op->state == OP_R_HDR && rq_take(c, op->peer, 0, op) != NULL)
-		complete(c, op, DPL_ECANCELED);
+	if (op->state != OP_R_HDR || op->cancelling)
+		return 0;
+	if (!op->offer_rx && !op->offer_done) {
+		if (rq_take(c, op->peer, 0, op) != NULL)
+			complete(c, op, DPL_ECANCELED);
+		return 0;
+	}
+	if (op->offer_done)
+		return 0; /* its payload is here; the header follows */
+	/* Offered: withdraw the payload receive from the fabric first
+	 * (on_offer_rx ends the request once that is confirmed; when the
+	 * payload landed first, the receive completes normally). The
+	 * providers confirm at once; a few rounds of progress see it. */
+	op->cancelling = 1;
+	(void)fi_cancel(&c->ep->fid, &op->fc[2]);
+	for (k = 0; k < CANCEL_ROUNDS && op->req == r && op->offer_rx; k++)
+		if (progress_once(c) != 0)
+			break;
 	return 0;
 }
 /* ---- warm-up -------------------------------------------------------- */
@@ -1347,11 +1764,12 @@ int dpl__ofi_data_init(struct ofi_ctx *c)
 
 	/*
 	 * Receive entries of the provider: a quarter for the bounce buffers
-	 * posted (per peer at most 64, at least 2), a quarter for messages
-	 * in flight beyond those (the credits, per peer at most 256), a
-	 * quarter for bulk receives; the rest holds control messages.
+	 * posted (per peer at most OFI_BPP_MAX, at least 2), a quarter for
+	 * messages in flight beyond those (the credits, per peer at most
+	 * 256), a quarter for bulk receives; the rest holds control
+	 * messages.
 	 */
-	c->bpp = clamp_u32(rx / 4 / others, 2, 64);
+	c->bpp = clamp_u32(rx / 4 / others, 2, OFI_BPP_MAX);
 	c->credit_max = clamp_u32(rx / 4 / others, 2, 256);
 	if (c->credit_max < c->bpp)
 		c->credit_max = c->bpp;
@@ -1361,15 +1779,23 @@ int dpl__ofi_data_init(struct ofi_ctx *c)
 		c->nbounce = c->nop;
 	c->op = calloc(c->nop, sizeof *c->op);
 	c->ctrl = calloc(OFI_NCTRL, sizeof *c->ctrl);
-	c->out_cap = c->nop + OFI_NCTRL + c->n;
+	c->out_cap = 2 * c->nop + OFI_NCTRL + c->n * (1 + OFI_OFFERS);
 	c->out = calloc(c->out_cap, sizeof *c->out);
 	c->warm = calloc(c->n, sizeof *c->warm);
 	c->warm_fc = calloc(c->n, sizeof *c->warm_fc);
 	c->bounce = calloc(c->nbounce, sizeof *c->bounce);
 	c->ooo = calloc((size_t)c->n * c->credit_max, sizeof *c->ooo);
+	c->offers = calloc((size_t)c->n * OFI_OFFERS, sizeof *c->offers);
 	if (!c->op || !c->ctrl || !c->out || !c->warm || !c->warm_fc ||
-	    !c->bounce || !c->ooo)
+	    !c->bounce || !c->ooo || !c->offers)
 		return dpl_set_error(DPL_ENOMEM, "ofi: out of memory");
+	/* Scratch for payloads of withdrawn offers: address space only. */
+	c->scratch = mmap(NULL, OFI_OFFER_MAX, PROT_READ | PROT_WRITE,
+			  MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+	if (c->scratch == MAP_FAILED) {
+		c->scratch = NULL;
+		c->o.offer = false;
+	}
 	for (i = 0; i < c->nop; i++) {
 		c->op[i].next = i + 2 <= c->nop ? i + 2 : 0;
 		c->op[i].mr.idx = -1;
@@ -1407,6 +1833,10 @@ int dpl__ofi_data_init(struct ofi_ctx *c)
 		    (rc = dpl__ofi_mr_reg(c, c->warm, c->n * sizeof *c->warm,
 					  &c->warm_mr)) != 0)
 			return rc;
+		if (c->scratch != NULL &&
+		    (rc = dpl__ofi_mr_reg(c, c->scratch, OFI_OFFER_MAX,
+					  &c->scratch_mr)) != 0)
+			return rc;
 	}
 	for (i = 0; i < OFI_NCTRL; i++)
 		if ((rc = ctrl_post(c, &c->ctrl[i])) != 0)
@@ -1428,6 +1858,7 @@ int dpl__ofi_data_start(struct ofi_ctx *c)
 		if (p == c->rank)
 			continue;
 		c->peer[p].credits = c->credit_max;
+		c->peer[p].offer = c->offers + (size_t)p * OFI_OFFERS;
 		while (c->peer[p].posted < c->bpp) {
 			b = bounce_alloc(c);
 			if (b == NULL)
@@ -1447,6 +1878,24 @@ int dpl__ofi_data_start(struct ofi_ctx *c)
 	return 0;
 }
 
+void dpl__ofi_data_retract(struct ofi_ctx *c)
+{
+	uint32_t i;
+
+	for (i = 0; i < c->nop; i++) {
+		struct ofi_op *op = &c->op[i];
+
+		if (op->state != OP_R_HDR || op->req == NULL || !op->offered)
+			continue;
+		op->offered = 0;
+		if (!offer_unsend(c, op))
+			ctrl_send(c, op->peer, OFI_CTRL_RETRACT,
+				  op->btag & TAG_LOW, 0);
+	}
+	if (c->out_len != 0)
+		ctrl_flush(c);
+}
+
 void dpl__ofi_data_fini(struct ofi_ctx *c)
 {
 	/* The endpoint is closed: whatever was pending is cancelled. */
@@ -1459,8 +1908,13 @@ void dpl__ofi_data_fini(struct ofi_ctx *c)
 	free(c->warm_fc);
 	free(c->bounce);
 	free(c->ooo);
+	free(c->offers);
 	if (c->bdata != NULL)
 		munmap(c->bdata, c->bdata_len);
+	if (c->scratch != NULL)
+		munmap(c->scratch, OFI_OFFER_MAX);
+	c->offers = NULL;
+	c->scratch = NULL;
 	c->op = NULL;
 	c->ctrl = NULL;
 	c->out = NULL;

@@ -31,8 +31,40 @@
  *    receive on tag BULK|cookie, or NACK when they do not (both sides then
  *    complete with DPL_ETRUNC and the payload never moves). On CTS the
  *    sender posts the payload on tag BULK|cookie.
- *  - Control messages (CTS, NACK, CREDIT) are 32 bytes on tag CTRL,
- *    received into a small ring of preposted buffers from any source.
+ *  - Offers (a clear to send ahead of the request): when the caller
+ *    posts a receive larger than the eager limit (and at most
+ *    OFI_OFFER_MAX) that is the only one waiting for its (peer, tag), the
+ *    receiver posts it at once on tag OBULK|its own cookie and sends the
+ *    peer an offer: cookie, length, tag and how many of the peer's
+ *    messages it had taken so far (seq). The offer rides on the next
+ *    request to send to that peer (a ping-pong answers right after it
+ *    posted its next receive), else it goes alone as an OFFER control
+ *    message at the end of that call or in the next progress. The peer
+ *    keeps the offer only if it had sent nothing since (its next
+ *    sequence number equals seq),
+ *    in a table of OFI_OFFERS entries per receiver; the receiver never
+ *    has more offers out to one peer than that. The peer's next message
+ *    with that tag consumes the offer: a send of exactly that length
+ *    sends a request to send marked OFI_RTS_OFFER with the receiver's
+ *    cookie and the payload on OBULK|cookie at once (no round trip); any
+ *    other message drops it and travels as usual. On the receiver the
+ *    first message of that tag from the peer matches the offered receive
+ *    either way (FIFO): a marked one waits for the payload already on
+ *    its way; an unmarked one withdraws the posted payload receive (the
+ *    peer, which had sent something since, never uses the offer) and
+ *    carries on as without an offer.
+ *  - Cancel of an offered receive withdraws its payload receive from the
+ *    fabric first: when the payload had already landed the receive
+ *    completes normally; otherwise it ends DPL_ECANCELED and the receiver
+ *    sends RETRACT, which removes the offer from the peer's table (the
+ *    answer, RETRACTED, gives the table entry back). A marked request to
+ *    send that still arrives for it (the peer used the offer first)
+ *    matches the next receive of that tag like any request to send,
+ *    which then posts for the payload on OBULK|cookie (or drains it into
+ *    a scratch area when the lengths differ: DPL_ETRUNC).
+ *  - Control messages (CTS, NACK, CREDIT, OFFER, RETRACT, RETRACTED) are
+ *    40 bytes on tag CTRL, received into a small ring of preposted
+ *    buffers from any source.
  *  - Liveness does not use the fabric (see ofi_live.c).
  */
 #ifndef DPL_OFI_INTERNAL_H
@@ -52,18 +84,26 @@
 #define OFI_TAG_BULK (UINT64_C(1) << 60)
 #define OFI_TAG_CTRL (UINT64_C(2) << 60)
 #define OFI_TAG_WARM (UINT64_C(3) << 60)
+#define OFI_TAG_OBULK (UINT64_C(4) << 60)
 
 #define OFI_CTRL_MAGIC 0x64706c43u /* "dplC" */
 #define OFI_CTRL_CTS 1u
 #define OFI_CTRL_NACK 2u
 #define OFI_CTRL_CREDIT 3u
+#define OFI_CTRL_OFFER 4u
+#define OFI_CTRL_RETRACT 5u
+#define OFI_CTRL_RETRACTED 6u
 
 #define OFI_MH_RTS (UINT64_C(1) << 63) /* header tag bit: request to send */
+#define OFI_RTS_OFFER (UINT64_C(1) << 63) /* cookie bit: payload sent on
+					     the receiver's offer */
 
 #define OFI_NCTRL 4          /* preposted control receives */
 #define OFI_MRC_SIZE 64      /* registration cache entries */
 #define OFI_SLOT_BITS 20     /* slot index bits in a cookie */
 #define OFI_NAME_MAX 256     /* fabric address bytes */
+#define OFI_OFFERS 8         /* offers a sender keeps per receiver */
+#define OFI_OFFER_MAX (UINT64_C(4) << 20) /* largest offered receive */
 
 /* The header in front of every message on the message channel. */
 struct ofi_mhdr {
@@ -73,11 +113,22 @@ struct ofi_mhdr {
 			    receiver since it last said so */
 };
 
+/* An offer as it travels: alone in an OFFER control message, or riding
+ * on a request to send to the same peer. */
+struct ofi_offer_wire {
+	uint64_t cookie; /* the receiver's */
+	uint64_t len;
+	uint64_t tag;    /* the caller's */
+	uint32_t seq;    /* messages of the peer taken so far */
+	uint32_t valid;  /* on a request to send: 1 when one rides along */
+};
+
 /* A request to send; on a receive, the sender's cookie is kept here. */
 struct ofi_rts {
 	struct ofi_mhdr h;
 	uint64_t cookie;
 	uint64_t len;
+	struct ofi_offer_wire offer; /* an offer of ours to the same peer */
 };
 
 /* A bounce buffer of the message channel. */
@@ -95,14 +146,24 @@ struct ofi_bounce {
 	uint8_t posted;
 };
 
-/* A control message (CTS or NACK), fixed size so it never truncates. */
+/* A control message, fixed size so it never truncates. */
 struct ofi_ctrl {
 	uint32_t magic;
 	uint32_t type;
 	uint32_t src;
-	uint32_t reserved;
+	uint32_t seq;    /* OFFER: messages of the peer taken so far */
+	uint64_t cookie;
+	uint64_t len;    /* RETRACTED: 1 when the offer was still held */
+	uint64_t tag;    /* OFFER: the caller's tag */
+};
+
+/* An offer a sender holds: its next message with `tag` to that receiver
+ * may send `len` bytes straight to OBULK|cookie. */
+struct ofi_offer {
+	uint64_t tag;
 	uint64_t cookie;
 	uint64_t len;
+	bool valid;
 };
 
 /* Parsed "key=value,..." options of struct dpl_transport_params. */
@@ -117,6 +178,7 @@ struct ofi_opts {
 	bool mr_always;       /* register even when the provider does not ask */
 	bool mr_cache;        /* keep registrations for reuse */
 	bool warmup;          /* connect to every peer during init */
+	bool offer;           /* post large receives ahead (offers) */
 };
 
 /* Where a registration came from, held by the slot that uses it. */
@@ -150,7 +212,9 @@ enum {
 	OP_S_RTS,       /* send: header sent, waiting for CTS or NACK */
 	OP_S_BULK_WAIT, /* send: bulk to post (fabric was busy) */
 	OP_S_BULK,      /* send: bulk posted */
-	OP_DEAD_WAIT    /* was waiting to post; its request ended */
+	OP_DEAD_WAIT,   /* was waiting to post; its request ended */
+	OP_R_OBULK      /* receive: matched its offer's marked request to
+			   send, payload receive (fc[2]) still posted */
 };
 
 struct ofi_req;
@@ -161,13 +225,15 @@ struct ofi_req;
  * holds one of its contexts (a request ended early by peer failure).
  */
 struct ofi_op {
-	struct fi_context2 fc[2]; /* [0] message/header, [1] bulk */
+	struct fi_context2 fc[3]; /* [0] message/header, [1] bulk,
+				     [2] the payload receive of an offer */
 	struct ofi_rts w;         /* header sent; cookie of a peer's RTS */
 	struct ofi_req *req;      /* request, NULL once it completed */
 	void *buf;
 	size_t len;
 	uint64_t tag;     /* the caller's tag */
 	uint64_t doom_at; /* when peer failure cancelled it (ns) */
+	uint64_t btag;    /* fabric tag of the bulk send or receive */
 	struct ofi_mrref mr;
 	uint32_t peer;
 	uint32_t gen;     /* bumped at each use; part of the cookie */
@@ -179,6 +245,12 @@ struct ofi_op {
 	uint8_t waiting;  /* on the wait list */
 	uint8_t send;
 	uint8_t bulk_rx;  /* counts in ctx->nbulk */
+	uint8_t offered;  /* receive: its offer counts in peer offers_out */
+	uint8_t offer_rx; /* receive: fc[2] posted (counts in ctx->nbulk) */
+	uint8_t offer_done; /* receive: fc[2] completed with the payload */
+	uint8_t cts;      /* receive: its bulk receive answers with a CTS */
+	uint8_t drain;    /* receive: bulk drains into the scratch area */
+	int offer_st;     /* result of fc[2] once offer_done */
 	int doom;         /* result forced at completion, 0 = none */
 };
 
@@ -221,6 +293,11 @@ struct ofi_peer {
 	uint32_t held;     /* its arrivals waiting for earlier ones */
 	uint32_t seq_out;  /* next sequence number to it */
 	uint32_t seq_in;   /* next sequence number expected from it */
+	uint32_t offers_out; /* our offers it may still hold */
+	uint32_t offers_in;  /* its offers we hold (valid entries) */
+	bool pend_set;       /* an offer of ours waits for a ride */
+	struct ofi_offer_wire pend;
+	struct ofi_offer *offer; /* [OFI_OFFERS] its offers we hold */
 	struct ofi_fifo rq; /* our receives from it (ops, by qnext) */
 	struct ofi_fifo ux; /* its unexpected arrivals (bounces, by next) */
 };
@@ -283,6 +360,15 @@ struct ofi_ctx {
 	uint32_t nbulk;       /* bulk receives posted */
 	uint32_t bulk_max;
 
+	struct ofi_offer *offers; /* [n * OFI_OFFERS] */
+	uint32_t npend;       /* peers with pend_set */
+	uint64_t offers_posted; /* receives offered (for the tests) */
+	uint64_t offers_used;   /* sends that used an offer */
+	char *scratch;        /* OFI_OFFER_MAX bytes, address space only:
+				 payloads of withdrawn offers that no
+				 receive of their length wants */
+	struct fid_mr *scratch_mr;
+
 	uint64_t *warm;             /* [n] warm-up receive buffers */
 	struct fi_context2 *warm_fc; /* [n] */
 	struct fid_mr *warm_mr;
@@ -342,6 +428,8 @@ void dpl__ofi_live_close(struct ofi_live *l, const uint64_t *sent);
 int dpl__ofi_data_init(struct ofi_ctx *c);
 int dpl__ofi_data_start(struct ofi_ctx *c);
 void dpl__ofi_data_fini(struct ofi_ctx *c);
+/* Before closing: take back the offers this context has out. */
+void dpl__ofi_data_retract(struct ofi_ctx *c);
 int dpl__ofi_progress(struct ofi_ctx *c);
 int dpl__ofi_isend(struct ofi_ctx *c, struct ofi_req *r, uint32_t peer,
 		   uint64_t tag, const void *buf, size_t len);
@@ -357,5 +445,8 @@ uint64_t dpl__ofi_now(void);
  * or "fi_shm://PID:UID:IDX") and the provider chosen. */
 const char *dpl__ofi_local_address(void *ctx);
 const char *dpl__ofi_provider(void *ctx);
+/* For the module's tests: receives this context offered, and its sends
+ * that went on a peer's offer (no request to send answered first). */
+void dpl__ofi_offer_counts(void *ctx, uint64_t *posted, uint64_t *used);
 
 #endif /* DPL_OFI_INTERNAL_H */

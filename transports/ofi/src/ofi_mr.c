@@ -156,4 +156,5 @@ void dpl__ofi_mr_clear(struct ofi_ctx *c)
 	close_mr(&c->ctrl_mr);
 	close_mr(&c->bdata_mr);
 	close_mr(&c->warm_mr);
+	close_mr(&c->scratch_mr);
 }

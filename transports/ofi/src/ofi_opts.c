@@ -2,7 +2,7 @@
  * ofi_opts.c - the "key=value,..." options of the libfabric transport.
  *
  * Keys (README.md has the full list): provider, iface, node, liveness_ms,
- * inline_max, slots, mr, mr_cache, warmup. A bad key or value is
+ * inline_max, slots, mr, mr_cache, warmup, offer. A bad key or value is
  * DPL_EINVAL naming it.
  */
 #include <errno.h>
@@ -114,10 +114,12 @@ static int one(char *kv, struct ofi_opts *o)
 		return flag(kv, v, &o->mr_cache);
 	if (strcmp(kv, "warmup") == 0)
 		return flag(kv, v, &o->warmup);
+	if (strcmp(kv, "offer") == 0)
+		return flag(kv, v, &o->offer);
 	return dpl_set_error(DPL_EINVAL,
 			     "ofi: unknown option '%s' (known: provider, "
 			     "iface, node, liveness_ms, inline_max, slots, "
-			     "mr, mr_cache, warmup)", kv);
+			     "mr, mr_cache, warmup, offer)", kv);
 }
 
 int dpl__ofi_opts_parse(const char *s, struct ofi_opts *o)
@@ -130,6 +132,7 @@ int dpl__ofi_opts_parse(const char *s, struct ofi_opts *o)
 	o->slots = 4096;
 	o->mr_cache = true;
 	o->warmup = true;
+	o->offer = true;
 	if (s == NULL || *s == '\0')
 		return 0;
 	if (strlen(s) >= sizeof buf)

@@ -378,6 +378,26 @@ int h_exit_code(const struct h_job *j, uint32_t r)
 	return -1000;
 }
 
+const char *h_job_killed_one(const struct h_job *j, uint32_t victim,
+			     char *buf, size_t size)
+{
+	uint32_t i;
+	int want;
+
+	for (i = 0; i < j->n; i++) {
+		want = i == victim ? -SIGKILL : 0;
+		if (h_exit_code(j, i) != want) {
+			int k = snprintf(buf, size, "rank %u: exit %d, not %d; ",
+					 i, h_exit_code(j, i), want);
+
+			if (k > 0 && (size_t)k < size)
+				h_job_report(j, buf + k, size - (size_t)k);
+			return buf;
+		}
+	}
+	return NULL;
+}
+
 const char *h_job_report(const struct h_job *j, char *buf, size_t size)
 {
 	size_t k = 0;

@@ -80,6 +80,10 @@ const char *h_job_report(const struct h_job *j, char *buf, size_t size);
 void h_job_free(struct h_job *j);
 /* Exit code of rank r, or -signal. */
 int h_exit_code(const struct h_job *j, uint32_t r);
+/* After h_job_run: NULL when rank `victim` died of SIGKILL and every
+ * other rank exited with 0; else what went wrong, in buf. */
+const char *h_job_killed_one(const struct h_job *j, uint32_t victim,
+			     char *buf, size_t size);
 
 /* Inside a rank. */
 #define CHECK(r, cond, ...)                                                   \

@@ -1,0 +1,645 @@
+/*
+ * test_ofi_offer.c - offers (receives above the eager limit posted ahead,
+ * so their send moves the payload without asking first), over
+ * tcp;ofi_rxm and over shm: a receive posted long before its send; a
+ * request to send crossing the offer; FIFO order with offers, eager
+ * messages and requests to send mixed on one tag at varying timings; a
+ * cancel after the offer left (the send used it before it heard of the
+ * cancel, or did not); more large receives than a sender keeps offers
+ * for; a receiver killed or closed while the sender holds its offer.
+ *
+ * The transport's internal counters say whether a send went on an offer,
+ * so each case checks that the path it is about was taken.
+ */
+#define _GNU_SOURCE
+#include <criterion/criterion.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "ofi_internal.h"
+#include "ofi_harness.h"
+
+#define KiB ((size_t)1 << 10)
+/* Above the eager limit of both providers (64 KiB on tcp;ofi_rxm, about
+ * 4 KiB on shm). */
+#define BIG (256 * KiB)
+#define DETECT_NS (UINT64_C(2000) * 1000000u)
+
+enum { F_POSTED = 1, F_STORED, F_CANCELLED, F_CLOSED, F_READY0, F_READY1 };
+
+static void run(const char *prov, uint32_t n, h_rank_fn fn)
+{
+	struct h_job j;
+	char buf[4000];
+	int rc;
+
+	memset(&j, 0, sizeof j);
+	j.provider = prov;
+	j.n = n;
+	j.fn = fn;
+	rc = h_job_run(&j);
+	cr_assert_eq(rc, 0, "%s: %s", prov, h_job_report(&j, buf, sizeof buf));
+	h_job_free(&j);
+}
+
+static uint64_t used_of(struct h_rank *r)
+{
+	uint64_t posted, used;
+
+	dpl__ofi_offer_counts(r->ctx, &posted, &used);
+	return used;
+}
+
+static uint64_t posted_of(struct h_rank *r)
+{
+	uint64_t posted, used;
+
+	dpl__ofi_offer_counts(r->ctx, &posted, &used);
+	return posted;
+}
+
+/* ---------------------------------------------------------------- */
+
+/* Rank 1 posts two large receives long before rank 0 sends; rank 0's
+ * sends go on the offers. Then again with the sends first (no offer:
+ * the receives find the requests to send already there). */
+static int posted_early(struct h_rank *r)
+{
+	uint8_t *a = malloc(BIG), *b = malloc(BIG + 1);
+	void *q[2] = {h_req(r), h_req(r)};
+	int rc;
+
+	CHECK(r, a != NULL && b != NULL, "malloc");
+	if (r->rank == 1) {
+		memset(a, 0, BIG);
+		memset(b, 0, BIG + 1);
+		rc = r->o->irecv(r->ctx, q[0], 0, 20, a, BIG, DPL_MEM_HOST);
+		CHECK(r, rc == 0, "irecv: %s", dpl_err_name(rc));
+		rc = r->o->irecv(r->ctx, q[1], 0, 21, b, BIG + 1,
+				 DPL_MEM_HOST);
+		CHECK(r, rc == 0, "irecv: %s", dpl_err_name(rc));
+		CHECK(r, posted_of(r) == 2, "%llu receives offered, not 2",
+		      (unsigned long long)posted_of(r));
+		h_spin(r, 50);
+		atomic_store(&r->sh->flag[F_POSTED], 1);
+		rc = h_wait_all(r, q, 2, 10000);
+		CHECK(r, rc == 0, "receives: %s", dpl_err_name(rc));
+		CHECK(r, h_check(a, BIG, 20) == SIZE_MAX, "tag 20 data");
+		CHECK(r, h_check(b, BIG + 1, 21) == SIZE_MAX, "tag 21 data");
+		/* Second round: the sends come first. */
+		CHECK(r, h_wait_flag(r->sh, F_STORED, 1, 10000), "rank 0");
+		h_spin(r, 50);
+		rc = r->o->irecv(r->ctx, q[0], 0, 20, a, BIG, DPL_MEM_HOST);
+		CHECK(r, rc == 0, "irecv: %s", dpl_err_name(rc));
+		rc = r->o->irecv(r->ctx, q[1], 0, 21, b, BIG + 1,
+				 DPL_MEM_HOST);
+		CHECK(r, rc == 0, "irecv: %s", dpl_err_name(rc));
+		rc = h_wait_all(r, q, 2, 10000);
+		CHECK(r, rc == 0, "receives: %s", dpl_err_name(rc));
+		CHECK(r, h_check(a, BIG, 120) == SIZE_MAX, "tag 20 data");
+		CHECK(r, h_check(b, BIG + 1, 121) == SIZE_MAX, "tag 21 data");
+		CHECK(r, posted_of(r) == 2, "%llu receives offered, not 2",
+		      (unsigned long long)posted_of(r));
+	} else {
+		h_fill(a, BIG, 20);
+		h_fill(b, BIG + 1, 21);
+		CHECK(r, h_wait_flag(r->sh, F_POSTED, 1, 10000), "rank 1");
+		h_spin(r, 50);
+		rc = r->o->isend(r->ctx, q[1], 1, 21, b, BIG + 1,
+				 DPL_MEM_HOST);
+		CHECK(r, rc == 0, "isend: %s", dpl_err_name(rc));
+		rc = r->o->isend(r->ctx, q[0], 1, 20, a, BIG, DPL_MEM_HOST);
+		CHECK(r, rc == 0, "isend: %s", dpl_err_name(rc));
+		rc = h_wait_all(r, q, 2, 10000);
+		CHECK(r, rc == 0, "sends: %s", dpl_err_name(rc));
+		CHECK(r, used_of(r) == 2, "%llu sends on offers, not 2",
+		      (unsigned long long)used_of(r));
+		h_fill(a, BIG, 120);
+		h_fill(b, BIG + 1, 121);
+		rc = r->o->isend(r->ctx, q[0], 1, 20, a, BIG, DPL_MEM_HOST);
+		CHECK(r, rc == 0, "isend: %s", dpl_err_name(rc));
+		rc = r->o->isend(r->ctx, q[1], 1, 21, b, BIG + 1,
+				 DPL_MEM_HOST);
+		CHECK(r, rc == 0, "isend: %s", dpl_err_name(rc));
+		atomic_store(&r->sh->flag[F_STORED], 1);
+		rc = h_wait_all(r, q, 2, 10000);
+		CHECK(r, rc == 0, "sends: %s", dpl_err_name(rc));
+		CHECK(r, used_of(r) == 2, "%llu sends on offers, not 2",
+		      (unsigned long long)used_of(r));
+	}
+	free(a);
+	free(b);
+	free(q[0]);
+	free(q[1]);
+	return 0;
+}
+
+OFI_TEST(receive_posted_long_before_send, 60)
+{
+	run(prov, 2, posted_early);
+}
+
+/* ---------------------------------------------------------------- */
+
+/* The request to send leaves before the receive is posted, and the
+ * offer leaves before the request to send is taken: they cross. Then
+ * the length differs in a crossing: DPL_ETRUNC on both sides. */
+static int crossed(struct h_rank *r)
+{
+	uint8_t *a = malloc(BIG);
+	void *q = h_req(r);
+	int rc, k;
+
+	CHECK(r, a != NULL, "malloc");
+	/* Rank 1 is past its init (which reads the fabric) before rank 0
+	 * sends, and reads nothing until it posted. */
+	if (r->rank == 1)
+		atomic_store(&r->sh->flag[F_READY1], 1);
+	else
+		CHECK(r, h_wait_flag(r->sh, F_READY1, 1, 10000), "rank 1");
+	for (k = 0; k < 2; k++) {
+		size_t rlen = k == 0 ? BIG : BIG - 1;
+
+		if (r->rank == 0) {
+			h_fill(a, BIG, 30 + (uint32_t)k);
+			rc = r->o->isend(r->ctx, q, 1, 30, a, BIG,
+					 DPL_MEM_HOST);
+			CHECK(r, rc == 0, "isend: %s", dpl_err_name(rc));
+			atomic_store(&r->sh->flag[F_POSTED], k + 1);
+			rc = h_wait(r, q, 10000);
+			CHECK(r, rc == (k == 0 ? 0 : DPL_ETRUNC),
+			      "round %d: send: %s", k, dpl_err_name(rc));
+			continue;
+		}
+		memset(a, 0, BIG);
+		CHECK(r, h_wait_flag(r->sh, F_POSTED, k + 1, 10000), "rank 0");
+		/* No progress since: the request to send is not taken yet,
+		 * so this receive is offered and the two cross. */
+		rc = r->o->irecv(r->ctx, q, 0, 30, a, rlen, DPL_MEM_HOST);
+		CHECK(r, rc == 0, "irecv: %s", dpl_err_name(rc));
+		CHECK(r, posted_of(r) == (uint64_t)k + 1,
+		      "round %d: %llu receives offered", k,
+		      (unsigned long long)posted_of(r));
+		rc = h_wait(r, q, 10000);
+		CHECK(r, rc == (k == 0 ? 0 : DPL_ETRUNC), "round %d: receive: %s",
+		      k, dpl_err_name(rc));
+		if (k == 0)
+			CHECK(r, h_check(a, BIG, 30) == SIZE_MAX, "data");
+	}
+	/* The endpoint carries on, in both directions. */
+	h_fill(a, BIG, 39);
+	rc = r->rank == 0 ? h_recv(r, 1, 31, a, BIG) : h_send(r, 0, 31, a, BIG);
+	CHECK(r, rc == 0, "after the crossing: %s", dpl_err_name(rc));
+	CHECK(r, h_check(a, BIG, 39) == SIZE_MAX, "data after the crossing");
+	if (r->rank == 0)
+		CHECK(r, used_of(r) == 0, "a send used a crossed offer");
+	free(a);
+	free(q);
+	return 0;
+}
+
+OFI_TEST(request_to_send_crosses_offer, 60)
+{
+	run(prov, 2, crossed);
+}
+
+/* ---------------------------------------------------------------- */
+
+#define NMIX 400
+#define WIN 4
+
+static size_t mix_len(unsigned i)
+{
+	static const size_t lens[] = {BIG, 100, 64 * KiB, BIG + 8, 5000, 0,
+				      BIG, BIG};
+
+	return lens[(i * 7u) % (sizeof lens / sizeof lens[0])];
+}
+
+/* Eager messages, requests to send and offered sends on one tag in both
+ * directions, with receives posted ahead by up to WIN and progress
+ * interleaved at varying points: every message reaches the receive of
+ * its position, intact. */
+static int mixed(struct h_rank *r)
+{
+	uint8_t *sb = malloc((size_t)WIN * (BIG + 8));
+	uint8_t *rb = malloc((size_t)WIN * (BIG + 8));
+	void *sq[WIN], *rq[WIN];
+	unsigned i, k, posted = 0, spin;
+	uint32_t peer = 1 - r->rank;
+	int rc;
+
+	CHECK(r, sb != NULL && rb != NULL, "malloc");
+	for (k = 0; k < WIN; k++) {
+		sq[k] = h_req(r);
+		rq[k] = h_req(r);
+	}
+	for (i = 0; i < NMIX; i++) {
+		k = i % WIN;
+		/* keep up to WIN receives posted ahead; every other block of
+		 * 16 only the next one (then it can be offered) */
+		while (posted < NMIX &&
+		       posted < i + ((i / 16) % 2 ? 1 : WIN)) {
+			unsigned s = posted % WIN;
+
+			rc = r->o->irecv(r->ctx, rq[s], peer, 40,
+					 rb + (size_t)s * (BIG + 8),
+					 mix_len(posted), DPL_MEM_HOST);
+			CHECK(r, rc == 0, "irecv %u: %s", posted,
+			      dpl_err_name(rc));
+			posted++;
+			if ((posted * 13u + r->rank) % 5 == 0)
+				break;
+		}
+		if (i >= WIN) {
+			rc = h_wait(r, sq[k], 10000);
+			CHECK(r, rc == 0, "send %u: %s", i - WIN,
+			      dpl_err_name(rc));
+		}
+		h_fill(sb + (size_t)k * (BIG + 8), mix_len(i), i + 7 * r->rank);
+		do {
+			rc = r->o->isend(r->ctx, sq[k], peer, 40,
+					 sb + (size_t)k * (BIG + 8), mix_len(i),
+					 DPL_MEM_HOST);
+			if (rc == DPL_EAGAIN)
+				(void)r->o->progress(r->ctx);
+		} while (rc == DPL_EAGAIN);
+		CHECK(r, rc == 0, "isend %u: %s", i, dpl_err_name(rc));
+		for (spin = (i * 31u + r->rank * 17u) % 23; spin > 0; spin--)
+			(void)r->o->progress(r->ctx);
+		if (posted <= i) {
+			rc = r->o->irecv(r->ctx, rq[k], peer, 40,
+					 rb + (size_t)k * (BIG + 8), mix_len(i),
+					 DPL_MEM_HOST);
+			CHECK(r, rc == 0, "irecv %u: %s", i, dpl_err_name(rc));
+			posted++;
+		}
+		rc = h_wait(r, rq[k], 10000);
+		CHECK(r, rc == 0, "receive %u (%zu bytes): %s", i, mix_len(i),
+		      dpl_err_name(rc));
+		CHECK(r, h_check(rb + (size_t)k * (BIG + 8), mix_len(i),
+				 i + 7 * peer) == SIZE_MAX,
+		      "message %u (%zu bytes) is not the %u-th sent", i,
+		      mix_len(i), i);
+	}
+	for (i = NMIX - WIN; i < NMIX; i++) {
+		rc = h_wait(r, sq[i % WIN], 10000);
+		CHECK(r, rc == 0, "send %u: %s", i, dpl_err_name(rc));
+	}
+	snprintf(r->sh->note[r->rank], H_MSG, "%llu offered, %llu sent on offers",
+		 (unsigned long long)posted_of(r),
+		 (unsigned long long)used_of(r));
+	/* Both ranks' counts: some sends went on offers. */
+	atomic_store(&r->sh->t[10 + r->rank], used_of(r) + 1);
+	atomic_store(&r->sh->flag[F_READY0 + (int)r->rank], 1);
+	CHECK(r, h_wait_flag(r->sh, F_READY0 + (int)peer, 1, 10000), "peer");
+	CHECK(r, atomic_load(&r->sh->t[10]) + atomic_load(&r->sh->t[11]) > 2,
+	      "no send went on an offer (%s)", r->sh->note[r->rank]);
+	for (k = 0; k < WIN; k++) {
+		free(sq[k]);
+		free(rq[k]);
+	}
+	free(sb);
+	free(rb);
+	return 0;
+}
+
+OFI_TEST(fifo_with_offers_mixed_sizes, 120)
+{
+	run(prov, 2, mixed);
+}
+
+/* ---------------------------------------------------------------- */
+
+/* Rank 1 cancels an offered receive. Round 0: rank 0 sends on the offer
+ * before it hears of the cancel; the next receive of that tag gets the
+ * message. Round 1: the same, and the next receive is shorter: it ends
+ * DPL_ETRUNC, the send completes, and the following message arrives.
+ * Round 2: rank 0 heard of the cancel first: the send does not use the
+ * withdrawn offer. */
+static int cancel_offered(struct h_rank *r)
+{
+	uint8_t *a = malloc(BIG), *g = malloc(BIG);
+	void *q = h_req(r), *q2 = h_req(r);
+	size_t i;
+	int rc, k;
+
+	CHECK(r, a != NULL && g != NULL, "malloc");
+	for (k = 0; k < 3; k++) {
+		int base = 10 * k;
+
+		if (r->rank == 1) {
+			memset(g, 0xa5, BIG);
+			rc = r->o->irecv(r->ctx, q, 0, 50, g, BIG,
+					 DPL_MEM_HOST);
+			CHECK(r, rc == 0, "irecv: %s", dpl_err_name(rc));
+			h_spin(r, 20);
+			atomic_store(&r->sh->flag[F_POSTED], base + 1);
+			CHECK(r, h_wait_flag(r->sh, F_STORED, base + 1, 10000),
+			      "rank 0");
+			rc = r->o->cancel(r->ctx, q);
+			CHECK(r, rc == 0, "cancel: %s", dpl_err_name(rc));
+			rc = h_wait(r, q, 10000);
+			CHECK(r, rc == DPL_ECANCELED,
+			      "round %d: cancelled offered receive: %s", k,
+			      dpl_err_name(rc));
+			for (i = 0; i < BIG; i++)
+				CHECK(r, g[i] == 0xa5,
+				      "round %d: cancelled receive's buffer "
+				      "written at %zu", k, i);
+			atomic_store(&r->sh->flag[F_CANCELLED], base + 1);
+			memset(a, 0, BIG);
+			rc = r->o->irecv(r->ctx, q, 0, 50, a,
+					 k == 1 ? BIG / 2 : BIG, DPL_MEM_HOST);
+			CHECK(r, rc == 0, "irecv: %s", dpl_err_name(rc));
+			rc = h_wait(r, q, 10000);
+			CHECK(r, rc == (k == 1 ? DPL_ETRUNC : 0),
+			      "round %d: the receive after the cancel: %s", k,
+			      dpl_err_name(rc));
+			if (k != 1)
+				CHECK(r, h_check(a, BIG, 50 + (uint32_t)k) ==
+						 SIZE_MAX,
+				      "round %d: data", k);
+			for (i = 0; i < BIG; i++)
+				CHECK(r, g[i] == 0xa5,
+				      "round %d: cancelled receive's buffer "
+				      "written at %zu", k, i);
+			/* The next message on the tag is the next one. */
+			rc = h_recv(r, 0, 50, a, 64);
+			CHECK(r, rc == 0 && h_check(a, 64, 60) == SIZE_MAX,
+			      "round %d: following message: %s", k,
+			      dpl_err_name(rc));
+			continue;
+		}
+		CHECK(r, h_wait_flag(r->sh, F_POSTED, base + 1, 10000),
+		      "rank 1");
+		h_spin(r, 20); /* the offer is here */
+		atomic_store(&r->sh->flag[F_STORED], base + 1);
+		CHECK(r, h_wait_flag(r->sh, F_CANCELLED, base + 1, 10000),
+		      "rank 1");
+		if (k == 2)
+			h_spin(r, 20); /* the retraction is here too */
+		h_fill(a, BIG, 50 + (uint32_t)k);
+		rc = r->o->isend(r->ctx, q, 1, 50, a, BIG, DPL_MEM_HOST);
+		CHECK(r, rc == 0, "isend: %s", dpl_err_name(rc));
+		rc = h_wait(r, q, 10000);
+		CHECK(r, rc == 0, "round %d: send: %s", k, dpl_err_name(rc));
+		/* Rounds 0 and 1 send on the retracted offer. In round 2
+		 * the retraction came first; the send asks first, or goes
+		 * on the offer of the receive posted after the cancel. */
+		CHECK(r, k < 2 ? used_of(r) == (uint64_t)k + 1
+			       : used_of(r) == 2 || used_of(r) == 3,
+		      "round %d: %llu sends on offers", k,
+		      (unsigned long long)used_of(r));
+		h_fill(a, 64, 60);
+		rc = h_send(r, 1, 50, a, 64);
+		CHECK(r, rc == 0, "following message: %s", dpl_err_name(rc));
+	}
+	free(a);
+	free(g);
+	free(q);
+	free(q2);
+	return 0;
+}
+
+OFI_TEST(cancel_after_offer_left, 60)
+{
+	run(prov, 2, cancel_offered);
+}
+
+/* ---------------------------------------------------------------- */
+
+#define NBEYOND (3 * OFI_OFFERS + 5)
+
+/* More large receives (distinct tags) than a sender keeps offers for:
+ * OFI_OFFERS are offered, the rest ask first; all arrive intact, sent in
+ * the opposite order. */
+static int beyond_table(struct h_rank *r)
+{
+	uint8_t *b = malloc((size_t)NBEYOND * BIG);
+	void *q[NBEYOND];
+	int rc, i;
+
+	CHECK(r, b != NULL, "malloc");
+	for (i = 0; i < NBEYOND; i++)
+		q[i] = h_req(r);
+	if (r->rank == 1) {
+		memset(b, 0, (size_t)NBEYOND * BIG);
+		for (i = 0; i < NBEYOND; i++) {
+			rc = r->o->irecv(r->ctx, q[i], 0, 100 + (uint64_t)i,
+					 b + (size_t)i * BIG, BIG, DPL_MEM_HOST);
+			CHECK(r, rc == 0, "irecv %d: %s", i, dpl_err_name(rc));
+		}
+		CHECK(r, posted_of(r) == OFI_OFFERS,
+		      "%llu receives offered, expected %d",
+		      (unsigned long long)posted_of(r), OFI_OFFERS);
+		h_spin(r, 20);
+		atomic_store(&r->sh->flag[F_POSTED], 1);
+		rc = h_wait_all(r, q, NBEYOND, 20000);
+		CHECK(r, rc == 0, "receives: %s", dpl_err_name(rc));
+		for (i = 0; i < NBEYOND; i++)
+			CHECK(r, h_check(b + (size_t)i * BIG, BIG,
+					 (uint32_t)i) == SIZE_MAX,
+			      "tag %d data", 100 + i);
+	} else {
+		for (i = 0; i < NBEYOND; i++)
+			h_fill(b + (size_t)i * BIG, BIG, (uint32_t)i);
+		CHECK(r, h_wait_flag(r->sh, F_POSTED, 1, 10000), "rank 1");
+		h_spin(r, 20);
+		for (i = NBEYOND - 1; i >= 0; i--) {
+			do {
+				rc = r->o->isend(r->ctx, q[i], 1,
+						 100 + (uint64_t)i,
+						 b + (size_t)i * BIG, BIG,
+						 DPL_MEM_HOST);
+				if (rc == DPL_EAGAIN)
+					(void)r->o->progress(r->ctx);
+			} while (rc == DPL_EAGAIN);
+			CHECK(r, rc == 0, "isend %d: %s", i, dpl_err_name(rc));
+		}
+		rc = h_wait_all(r, q, NBEYOND, 20000);
+		CHECK(r, rc == 0, "sends: %s", dpl_err_name(rc));
+		CHECK(r, used_of(r) == OFI_OFFERS,
+		      "%llu sends on offers, expected %d",
+		      (unsigned long long)used_of(r), OFI_OFFERS);
+	}
+	for (i = 0; i < NBEYOND; i++)
+		free(q[i]);
+	free(b);
+	return 0;
+}
+
+OFI_TEST(more_large_receives_than_offers, 60)
+{
+	run(prov, 2, beyond_table);
+}
+
+/* ---------------------------------------------------------------- */
+
+enum { T_KILL = 0 };
+
+/* Ranks 0 and 1 each hold an offer of the other when rank 1 is killed:
+ * rank 0's offered receive fails with DPL_EPEER within 2 s, a send to
+ * rank 1 then fails at once, and rank 0 and rank 2 go on exchanging
+ * offered messages. */
+static int killed_holder(struct h_rank *r)
+{
+	uint8_t *a = malloc(BIG), *b = malloc(BIG);
+	void *q = h_req(r), *sq = h_req(r);
+	uint64_t t0, dt;
+	int rc, i;
+
+	CHECK(r, a != NULL && b != NULL, "malloc");
+	if (r->rank == 1) {
+		rc = r->o->irecv(r->ctx, q, 0, 70, a, BIG, DPL_MEM_HOST);
+		CHECK(r, rc == 0, "irecv: %s", dpl_err_name(rc));
+		atomic_store(&r->sh->flag[F_READY1], 1);
+		for (;;)
+			h_spin(r, 100);
+	}
+	if (r->rank == 0) {
+		rc = r->o->irecv(r->ctx, q, 1, 71, a, BIG, DPL_MEM_HOST);
+		CHECK(r, rc == 0, "irecv: %s", dpl_err_name(rc));
+		CHECK(r, posted_of(r) == 1, "receive not offered");
+		h_spin(r, 50); /* rank 1's offer is here */
+		atomic_store(&r->sh->flag[F_READY0], 1);
+		rc = h_wait(r, q, 10000);
+		t0 = atomic_load(&r->sh->t[T_KILL]);
+		dt = h_now_ns() - t0;
+		CHECK(r, rc == DPL_EPEER, "offered receive from the killed "
+					  "rank: %s", dpl_err_name(rc));
+		CHECK(r, t0 != 0, "finished before the kill");
+		CHECK(r, dt < DETECT_NS, "noticed %.3f s after the kill",
+		      (double)dt / 1e9);
+		rc = r->o->isend(r->ctx, sq, 1, 70, b, BIG, DPL_MEM_HOST);
+		CHECK(r, rc == DPL_EPEER, "send on the dead rank's offer: %s",
+		      dpl_err_name(rc));
+	}
+	/* Ranks 0 and 2: a ping-pong of offered messages (each posts its
+	 * receive before it sends). */
+	for (i = 0; i < 20; i++) {
+		uint32_t peer = r->rank == 0 ? 2 : 0;
+
+		rc = r->o->irecv(r->ctx, q, peer, 72, a, BIG, DPL_MEM_HOST);
+		CHECK(r, rc == 0, "irecv: %s", dpl_err_name(rc));
+		if (r->rank == 2) {
+			rc = h_wait(r, q, 10000);
+			CHECK(r, rc == 0 && h_check(a, BIG, (uint32_t)i) ==
+						    SIZE_MAX,
+			      "bystander ping %d: %s", i, dpl_err_name(rc));
+		}
+		h_fill(b, BIG, (uint32_t)(r->rank == 0 ? i : 1000 + i));
+		rc = r->o->isend(r->ctx, sq, peer, 72, b, BIG, DPL_MEM_HOST);
+		CHECK(r, rc == 0, "isend: %s", dpl_err_name(rc));
+		rc = h_wait(r, sq, 10000);
+		CHECK(r, rc == 0, "bystander send %d: %s", i,
+		      dpl_err_name(rc));
+		if (r->rank == 0) {
+			rc = h_wait(r, q, 10000);
+			CHECK(r, rc == 0 && h_check(a, BIG, 1000 + (uint32_t)i) ==
+						    SIZE_MAX,
+			      "bystander pong %d: %s", i, dpl_err_name(rc));
+		}
+	}
+	if (r->rank == 2) {
+		h_fill(b, BIG, 99);
+		rc = h_send(r, 0, 73, b, BIG);
+		CHECK(r, rc == 0, "last send: %s", dpl_err_name(rc));
+	} else {
+		rc = h_recv(r, 2, 73, a, BIG);
+		CHECK(r, rc == 0 && h_check(a, BIG, 99) == SIZE_MAX,
+		      "last receive: %s", dpl_err_name(rc));
+	}
+	CHECK(r, used_of(r) > 0, "no bystander send went on an offer");
+	free(a);
+	free(b);
+	free(q);
+	free(sq);
+	return 0;
+}
+
+static void kill_ctl(struct h_shared *sh, const pid_t *pids, uint32_t n,
+		     const void *arg)
+{
+	(void)n;
+	(void)arg;
+	if (!h_wait_flag(sh, F_READY0, 1, 30000) ||
+	    !h_wait_flag(sh, F_READY1, 1, 30000))
+		return;
+	usleep(50000);
+	atomic_store(&sh->t[T_KILL], h_now_ns());
+	kill(pids[1], SIGKILL);
+}
+
+OFI_TEST(killed_peer_with_offers_out, 90)
+{
+	struct h_job j;
+	char buf[4000];
+	const char *msg;
+
+	memset(&j, 0, sizeof j);
+	j.provider = prov;
+	j.n = 3;
+	j.fn = killed_holder;
+	j.ctl = kill_ctl;
+	h_job_run(&j);
+	msg = h_job_killed_one(&j, 1, buf, sizeof buf);
+	cr_assert_null(msg, "%s", msg);
+	h_job_free(&j);
+}
+
+/* ---------------------------------------------------------------- */
+
+/* Rank 1 closes its context with an offered receive pending; rank 0,
+ * which held the offer, then fails its send to rank 1 with DPL_EPEER
+ * instead of moving the payload. */
+static int closed_holder(struct h_rank *r)
+{
+	/* Static: rank 1 returns with its receive pending, and the
+	 * harness closes the context after that. */
+	static uint8_t a[BIG];
+	static _Alignas(64) uint8_t q[1024];
+	int rc;
+
+	CHECK(r, r->o->req_size <= sizeof q, "req_size %zu", r->o->req_size);
+	if (r->rank == 1) {
+		rc = r->o->irecv(r->ctx, q, 0, 80, a, BIG, DPL_MEM_HOST);
+		CHECK(r, rc == 0, "irecv: %s", dpl_err_name(rc));
+		CHECK(r, posted_of(r) == 1, "receive not offered");
+		atomic_store(&r->sh->flag[F_POSTED], 1);
+		CHECK(r, h_wait_flag(r->sh, F_STORED, 1, 10000), "rank 0");
+		atomic_store(&r->sh->flag[F_CLOSED], 1);
+		/* The harness closes the context with the receive pending
+		 * (its request and buffer stay allocated until exit). */
+		return 0;
+	}
+	CHECK(r, h_wait_flag(r->sh, F_POSTED, 1, 10000), "rank 1");
+	h_spin(r, 50);
+	atomic_store(&r->sh->flag[F_STORED], 1);
+	CHECK(r, h_wait_flag(r->sh, F_CLOSED, 1, 10000), "rank 1");
+	h_spin(r, 200); /* its goodbye arrives */
+	rc = r->o->isend(r->ctx, q, 1, 80, a, BIG, DPL_MEM_HOST);
+	if (rc == 0)
+		rc = h_wait(r, q, 5000);
+	CHECK(r, rc == DPL_EPEER, "send to the closed rank: %s",
+	      dpl_err_name(rc));
+	CHECK(r, used_of(r) == 0, "a send went on a closed rank's offer");
+	return 0;
+}
+
+OFI_TEST(closed_peer_with_offer_out, 60)
+{
+	run(prov, 2, closed_holder);
+}
+
+/* A plain check that runs without a fabric: the offer table's size and
+ * the largest offered receive are what the wire protocol relies on. */
+Test(ofi_offer, limits_fit_the_protocol)
+{
+	cr_assert_gt(OFI_OFFERS, 0);
+	cr_assert_geq(sizeof(struct ofi_rts), sizeof(struct ofi_mhdr) + 48,
+		      "a request to send carries an offer");
+	cr_assert_lt(OFI_OFFER_MAX, UINT64_C(1) << 32);
+}
