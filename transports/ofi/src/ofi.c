@@ -516,10 +516,13 @@ const char *dpl__ofi_provider(void *ctx)
 	return ((struct ofi_ctx *)ctx)->prov;
 }
 
-void dpl__ofi_offer_counts(void *ctx, uint64_t *posted, uint64_t *used)
+void dpl__ofi_offer_counts(void *ctx, uint64_t *posted, uint64_t *used,
+			   uint64_t *single, uint64_t *held)
 {
 	*posted = ((struct ofi_ctx *)ctx)->offers_posted;
 	*used = ((struct ofi_ctx *)ctx)->offers_used;
+	*single = ((struct ofi_ctx *)ctx)->offers_single;
+	*held = ((struct ofi_ctx *)ctx)->offers_held;
 }
 
 DPL_EXTERN const struct dpl_transport_ops dpl_transport_ofi = {

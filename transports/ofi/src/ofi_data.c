@@ -389,10 +389,6 @@ static void fail_ops(struct ofi_ctx *c, uint32_t p, uint64_t now,
 			if (what == FAIL_ALL)
 				doom(c, op, 1, now);
 			break;
-		case OP_R_OBULK:
-			if (what == FAIL_ALL)
-				doom(c, op, 2, now);
-			break;
 		case OP_R_BULK_WAIT:
 		case OP_S_BULK_WAIT:
 			if (what == FAIL_RECV)
@@ -419,9 +415,13 @@ static void fail_ops(struct ofi_ctx *c, uint32_t p, uint64_t now,
 		return;
 	/* Its offers are void: sends to it fail from now on; ours to it
 	 * need not leave. */
-	for (k = 0; k < OFI_OFFERS; k++)
+	for (k = 0; k < OFI_OFFERS; k++) {
 		c->peer[p].offer[k].valid = false;
+		c->peer[p].offer[k].used = false;
+	}
 	c->peer[p].offers_in = 0;
+	c->nused -= c->peer[p].nused;
+	c->peer[p].nused = 0;
 	if (c->peer[p].pend_set) {
 		c->peer[p].pend_set = false;
 		c->npend--;
@@ -779,19 +779,66 @@ static int post_rts(struct ofi_ctx *c, struct ofi_op *op)
 	return rc;
 }
 
+/* The message of a send on the receiver's offer (op->btag, op->w.cookie
+ * set): the request-to-send header and the payload in one message. */
+static int post_offered(struct ofi_ctx *c, struct ofi_op *op)
+{
+	struct ofi_peer *q = &c->peer[op->peer];
+	struct iovec iov[2];
+	void *desc[2];
+	int rc;
+
+	mhdr_fill(c, &op->w.h, op->peer, op->tag | OFI_MH_RTS);
+	op->w.len = op->len;
+	op->w.offer = q->pend;
+	op->w.offer.valid = q->pend_set;
+	iov[0].iov_base = &op->w;
+	iov[0].iov_len = sizeof op->w;
+	desc[0] = static_desc(c->op_mr);
+	iov[1].iov_base = op->buf;
+	iov[1].iov_len = op->len;
+	desc[1] = desc_of(c, &op->mr);
+	rc = (int)fi_tsendv(c->ep, iov, c->mr_local ? desc : NULL, 2, q->addr,
+			    op->btag, &op->fc[1]);
+	if (rc == 0) {
+		mhdr_sent(c, &op->w.h, op->peer);
+		if (q->pend_set) {
+			q->pend_set = false;
+			c->npend--;
+		}
+	}
+	return rc;
+}
+
+static bool obulk(const struct ofi_op *op)
+{
+	return (op->btag & ~TAG_LOW) == OFI_TAG_OBULK;
+}
+
 /* The bulk receive of a matched request to send, on op->btag: into the
  * caller's buffer, or (op->drain) into the scratch area. */
 static void post_bulk_recv(struct ofi_ctx *c, struct ofi_op *op)
 {
+	struct iovec iov[2];
+	void *desc[2];
 	int rc = -FI_EAGAIN;
 
-	if (c->nbulk < c->bulk_max)
-		rc = (int)fi_trecv(c->ep, op->drain ? c->scratch : op->buf,
-				   op->drain ? op->w.len : op->len,
-				   op->drain ? static_desc(c->scratch_mr)
-					     : desc_of(c, &op->mr),
-				   c->peer[op->peer].addr, op->btag, 0,
-				   &op->fc[1]);
+	/* A message sent on an offer has the request to send in front. */
+	iov[0].iov_base = &op->rh;
+	iov[0].iov_len = sizeof op->rh;
+	desc[0] = static_desc(c->op_mr);
+	iov[1].iov_base = op->drain ? c->scratch : op->buf;
+	iov[1].iov_len = op->drain ? op->w.len : op->len;
+	desc[1] = op->drain ? static_desc(c->scratch_mr)
+			    : desc_of(c, &op->mr);
+	if (c->nbulk < c->bulk_max && obulk(op))
+		rc = (int)fi_trecvv(c->ep, iov, c->mr_local ? desc : NULL,
+				    2, c->peer[op->peer].addr, op->btag, 0,
+				    &op->fc[1]);
+	else if (c->nbulk < c->bulk_max)
+		rc = (int)fi_trecv(c->ep, iov[1].iov_base, iov[1].iov_len,
+				   desc[1], c->peer[op->peer].addr, op->btag,
+				   0, &op->fc[1]);
 	if (fabric_busy(rc)) {
 		op->state = OP_R_BULK_WAIT;
 		wait_push(c, op);
@@ -872,25 +919,10 @@ static void deliver(struct ofi_ctx *c, struct ofi_op *op,
 		marked = (w.cookie & OFI_RTS_OFFER) != 0;
 	}
 	if (op->offer_rx || op->offer_done) {
-		if (marked && (w.cookie & TAG_LOW) == (op->btag & TAG_LOW)) {
-			/* The peer used this receive's offer: its payload
-			 * is on its way to fc[2], or already here. */
-			bounce_free(c, b);
-			if (op->offered) {
-				(void)offer_unsend(c, op);
-				op->offered = 0;
-				c->peer[p].offers_out--;
-			}
-			if (op->offer_done) {
-				complete(c, op, op->offer_st);
-			} else {
-				op->state = OP_R_OBULK;
-			}
-			peer_matched(c, p);
-			return;
-		}
-		/* Any other message means the peer did not keep the offer
-		 * (it had sent something since): withdraw it. */
+		/* A message through the message channel means the peer did
+		 * not keep this receive's offer (it had sent something
+		 * since; a message on the offer lands in fc[2] whole):
+		 * withdraw it. */
 		if (op->offer_rx)
 			(void)fi_cancel(&c->ep->fid, &op->fc[2]);
 		if (op->offered) {
@@ -957,13 +989,81 @@ static void arrive(struct ofi_ctx *c, struct ofi_bounce *b)
 		ux_push(c, b);
 }
 
+/* An offered receive whose message (header and payload) landed, in
+ * sequence: it is the first receive of its tag from its peer. */
+static void arrive_offered(struct ofi_ctx *c, struct ofi_op *op)
+{
+	uint32_t p = op->peer;
+
+	c->peer[p].grant++;
+	if (op->rh.offer.valid)
+		offer_keep(c, p, &op->rh.offer);
+	op->offer_done = 0;
+	if (op->busy > 0)
+		op->busy--;
+	if (op->req == NULL || rq_take(c, p, 0, op) == NULL) {
+		release_if_idle(c, op);
+		return;
+	}
+	if (op->offered) {
+		(void)offer_unsend(c, op);
+		op->offered = 0;
+		c->peer[p].offers_out--;
+	}
+	c->offers_single++;
+	complete(c, op, op->offer_st);
+	peer_matched(c, p);
+}
+
+/* Ring entries: a bounce buffer (index + 1), or an offered receive whose
+ * message landed (OOO_OP | slot index + 1). */
+#define OOO_OP (UINT32_C(1) << 31)
+
+static void arrive_entry(struct ofi_ctx *c, uint32_t k)
+{
+	if (k & OOO_OP)
+		arrive_offered(c, &c->op[(k & ~OOO_OP) - 1]);
+	else
+		arrive(c, &c->bounce[k - 1]);
+}
+
+/* A message of p with header h (ring entry k) is here: it arrives now
+ * when it is next in p's sequence, with every held one behind it, or is
+ * held. False when p cannot have used its sequence number. */
+static bool in_seq(struct ofi_ctx *c, uint32_t p, const struct ofi_mhdr *h,
+		   uint32_t k)
+{
+	struct ofi_peer *q = &c->peer[p];
+	uint32_t *ring = c->ooo + (size_t)p * c->credit_max;
+	uint32_t d = h->seq - q->seq_in;
+
+	if (d >= c->credit_max || ring[h->seq % c->credit_max] != 0)
+		return false;
+	q->credits += h->credit;
+	if (d != 0) {
+		ring[h->seq % c->credit_max] = k;
+		q->held++;
+		if (k & OOO_OP)
+			c->offers_held++;
+		return true;
+	}
+	arrive_entry(c, k);
+	q->seq_in++;
+	while ((k = ring[q->seq_in % c->credit_max]) != 0) {
+		ring[q->seq_in % c->credit_max] = 0;
+		q->held--;
+		arrive_entry(c, k);
+		q->seq_in++;
+	}
+	return true;
+}
+
 static void on_bounce(struct ofi_ctx *c, struct ofi_bounce *b, int err,
 		      size_t len)
 {
-	uint32_t p = b->peer, d, k;
+	uint32_t p = b->peer;
 	struct ofi_peer *q = &c->peer[p];
 	struct ofi_mhdr *h = bhdr(c, b);
-	uint32_t *ring = c->ooo + (size_t)p * c->credit_max;
 
 	b->posted = 0;
 	q->posted--;
@@ -976,26 +1076,11 @@ static void on_bounce(struct ofi_ctx *c, struct ofi_bounce *b, int err,
 		return;
 	}
 	b->len = len;
-	q->credits += h->credit;
-	d = h->seq - q->seq_in;
-	if (d >= c->credit_max || ring[h->seq % c->credit_max] != 0) {
+	if (!in_seq(c, p, h, (uint32_t)(b - c->bounce) + 1)) {
 		/* Not a sequence number p can have used: drop it. */
 		bounce_free(c, b);
 		notice_peer(c, p, dpl__ofi_now());
 		return;
-	}
-	if (d != 0) {
-		ring[h->seq % c->credit_max] = (uint32_t)(b - c->bounce) + 1;
-		q->held++;
-	} else {
-		arrive(c, b);
-		q->seq_in++;
-		while ((k = ring[q->seq_in % c->credit_max]) != 0) {
-			ring[q->seq_in % c->credit_max] = 0;
-			q->held--;
-			arrive(c, &c->bounce[k - 1]);
-			q->seq_in++;
-		}
 	}
 	top_up(c, p);
 	/* Credits go back piggy-backed on our next message to p, or in a
@@ -1028,8 +1113,6 @@ static void cancel_done(struct ofi_ctx *c, struct ofi_op *op)
 static void on_offer_rx(struct ofi_ctx *c, struct ofi_op *op, int err,
 			size_t len)
 {
-	int st;
-
 	op->offer_rx = 0;
 	c->nbulk--;
 	if (op->req == NULL) {
@@ -1037,20 +1120,13 @@ static void on_offer_rx(struct ofi_ctx *c, struct ofi_op *op, int err,
 		return;
 	}
 	if (err == FI_ECANCELED && op->doom == 0) {
-		/* Withdrawn here. A receive that matched the marked
-		 * request to send meanwhile posts for its payload again; a
-		 * cancelled one ends; one that went on without the offer
-		 * does not care. */
-		if (op->state == OP_R_OBULK) {
-			op->cts = 0;
-			op->drain = 0;
-			post_bulk_recv(c, op);
-		} else if (op->state == OP_R_HDR && op->cancelling) {
+		/* Withdrawn here: a cancelled receive ends; one that went
+		 * on without the offer does not care. */
+		if (op->state == OP_R_HDR && op->cancelling)
 			cancel_done(c, op);
-		}
 		return;
 	}
-	if (op->state != OP_R_HDR && op->state != OP_R_OBULK)
+	if (op->state != OP_R_HDR)
 		return;
 	if (err != 0) {
 		if (op->state == OP_R_HDR)
@@ -1058,15 +1134,30 @@ static void on_offer_rx(struct ofi_ctx *c, struct ofi_op *op, int err,
 		complete(c, op, op_error(c, op, err));
 		return;
 	}
-	st = len == op->len ? 0 : DPL_ETRUNC;
-	if (op->state == OP_R_OBULK) {
-		complete(c, op, st);
-	} else {
-		/* The payload overtook its header, which still matches
-		 * this receive in sequence. */
-		op->offer_done = 1;
-		op->offer_st = st;
+	/* Header and payload in one message: it takes its turn in the
+	 * peer's sequence like any arrival; the slot stays until then. */
+	if (len < sizeof op->rh || !(op->rh.h.tag & OFI_MH_RTS) ||
+	    (op->rh.h.tag & ~OFI_MH_RTS) != op->tag ||
+	    (op->rh.cookie & TAG_LOW) != (op->btag & TAG_LOW)) {
+		(void)rq_take(c, op->peer, 0, op);
+		complete(c, op, DPL_EIO);
+		notice_peer(c, op->peer, dpl__ofi_now());
+		return;
 	}
+	op->offer_st = len - sizeof op->rh == op->len ? 0 : DPL_ETRUNC;
+	op->offer_done = 1;
+	op->busy++;
+	if (!in_seq(c, op->peer, &op->rh.h, OOO_OP | (idx_of(c, op) + 1))) {
+		op->offer_done = 0;
+		op->busy--;
+		(void)rq_take(c, op->peer, 0, op);
+		complete(c, op, DPL_EIO);
+		notice_peer(c, op->peer, dpl__ofi_now());
+		return;
+	}
+	top_up(c, op->peer);
+	if (c->peer[op->peer].grant >= (c->credit_max + 3) / 4)
+		credit_flush(c, op->peer);
 }
 
 static void on_op(struct ofi_ctx *c, struct ofi_op *op, int which, int err,
@@ -1098,6 +1189,18 @@ static void on_op(struct ofi_ctx *c, struct ofi_op *op, int which, int err,
 			break;
 		}
 		return;
+	}
+	if (err == 0 && op->state == OP_R_BULK && obulk(op)) {
+		/* The header in front: its credits count now (its sequence
+		 * number did when the USED answer came). */
+		if (len < sizeof op->rh) {
+			complete(c, op, DPL_EIO);
+			return;
+		}
+		c->peer[op->peer].credits += op->rh.h.credit;
+		if (op->rh.offer.valid)
+			offer_keep(c, op->peer, &op->rh.offer);
+		len -= sizeof op->rh;
 	}
 	if (err != 0)
 		complete(c, op, op_error(c, op, err));
@@ -1143,11 +1246,17 @@ static void offer_keep(struct ofi_ctx *c, uint32_t src,
 	for (k = 0; k < OFI_OFFERS; k++) {
 		if (q->offer[k].valid && q->offer[k].tag == m->tag)
 			return;
-		if (!q->offer[k].valid && free_k == OFI_OFFERS)
+		if (!q->offer[k].valid &&
+		    (free_k == OFI_OFFERS ||
+		     (q->offer[free_k].used && !q->offer[k].used)))
 			free_k = k;
 	}
+	/* A used entry may go: an offer kept now (seq_out == m->seq) was
+	 * made after the receiver took every message sent so far, those
+	 * sent on used offers included, so none of them is retracted. */
 	if (free_k == OFI_OFFERS)
 		return;
+	q->offer[free_k].used = false;
 	q->offer[free_k].tag = m->tag;
 	q->offer[free_k].cookie = m->cookie & TAG_LOW;
 	q->offer[free_k].len = m->len;
@@ -1162,13 +1271,87 @@ static void offer_retract(struct ofi_ctx *c, const struct ofi_ctrl *m)
 	uint64_t held = 0;
 	uint32_t k;
 
-	for (k = 0; k < OFI_OFFERS; k++)
-		if (q->offer[k].valid && q->offer[k].cookie == m->cookie) {
-			offer_drop(c, m->src, &q->offer[k]);
+	for (k = 0; k < OFI_OFFERS; k++) {
+		struct ofi_offer *o = &q->offer[k];
+
+		if (o->cookie != m->cookie)
+			continue;
+		if (o->valid) {
+			offer_drop(c, m->src, o);
 			held = 1;
 			break;
 		}
+		if (o->used) {
+			/* Its message is in the fabric, on OBULK|cookie,
+			 * that receive gone: the receiver takes it as
+			 * arriving now (sequence number, tag, length). */
+			o->used = false;
+			ctrl_send_full(c, m->src, OFI_CTRL_USED, o->cookie,
+				       o->len, o->tag, o->seq);
+			return;
+		}
+	}
 	ctrl_send(c, m->src, OFI_CTRL_RETRACTED, m->cookie, held);
+}
+
+/* A USED answer: the message the peer sent on an offer of ours whose
+ * receive was cancelled first waits in the fabric on OBULK|cookie. It
+ * arrives in sequence as a marked request to send (in a bounce buffer of
+ * its own), which the next receive of its tag matches and fetches; the
+ * answer waits when no bounce buffer is free. */
+static void used_arrive(struct ofi_ctx *c, const struct ofi_ctrl *m)
+{
+	struct ofi_peer *q = &c->peer[m->src];
+	struct ofi_bounce *b;
+	struct ofi_rts *w;
+
+	if (q->dead || m->len > OFI_OFFER_MAX || m->tag > DPL_TAG_MAX)
+		return;
+	if ((b = bounce_alloc(c)) == NULL) {
+		if (q->nused < OFI_OFFERS) {
+			q->used[q->nused++] = *m;
+			c->nused++;
+		} else {
+			notice_peer(c, m->src, dpl__ofi_now());
+		}
+		return;
+	}
+	w = (struct ofi_rts *)bhdr(c, b);
+	memset(w, 0, sizeof *w);
+	w->h.tag = m->tag | OFI_MH_RTS;
+	w->h.seq = m->seq;
+	w->cookie = (m->cookie & TAG_LOW) | OFI_RTS_OFFER;
+	w->len = m->len;
+	b->peer = m->src;
+	b->len = sizeof *w;
+	b->posted = 0;
+	if (!in_seq(c, m->src, &w->h, (uint32_t)(b - c->bounce) + 1)) {
+		bounce_free(c, b);
+		notice_peer(c, m->src, dpl__ofi_now());
+		return;
+	}
+	if (q->grant >= (c->credit_max + 3) / 4)
+		credit_flush(c, m->src);
+}
+
+/* USED answers that waited for a bounce buffer. */
+static void used_retry(struct ofi_ctx *c)
+{
+	uint32_t p, k;
+
+	for (p = 0; p < c->n && c->nused != 0 && c->nbfree != 0; p++) {
+		struct ofi_peer *q = &c->peer[p];
+
+		while (q->nused != 0 && c->nbfree != 0) {
+			struct ofi_ctrl m = q->used[0];
+
+			for (k = 1; k < q->nused; k++)
+				q->used[k - 1] = q->used[k];
+			q->nused--;
+			c->nused--;
+			used_arrive(c, &m);
+		}
+	}
 }
 
 static void on_ctrl(struct ofi_ctx *c, struct ofi_ctrl_slot *s, int err)
@@ -1200,9 +1383,11 @@ static void on_ctrl(struct ofi_ctx *c, struct ofi_ctrl_slot *s, int err)
 		offer_retract(c, &m);
 		return;
 	}
-	if (m.type == OFI_CTRL_RETRACTED) {
+	if (m.type == OFI_CTRL_RETRACTED || m.type == OFI_CTRL_USED) {
 		if (c->peer[m.src].offers_out > 0)
 			c->peer[m.src].offers_out--;
+		if (m.type == OFI_CTRL_USED)
+			used_arrive(c, &m);
 		return;
 	}
 	idx = m.cookie & SLOT_MASK;
@@ -1315,6 +1500,8 @@ static int progress_once(struct ofi_ctx *c)
 		return rc;
 	if (c->npend != 0)
 		offer_flush_all(c);
+	if (c->nused != 0)
+		used_retry(c);
 	if (c->out_len != 0)
 		ctrl_flush(c);
 	if (c->wait.head != 0)
@@ -1383,7 +1570,6 @@ int dpl__ofi_isend(struct ofi_ctx *c, struct ofi_req *r, uint32_t peer,
 {
 	struct ofi_offer *offer;
 	struct ofi_op *op;
-	bool use;
 	void *desc;
 	int rc;
 
@@ -1454,23 +1640,34 @@ int dpl__ofi_isend(struct ofi_ctx *c, struct ofi_req *r, uint32_t peer,
 			offer = offer_find(c, peer, tag);
 			rc = post_send_msg(c, op);
 		}
+	} else if (offer != NULL && offer->len == len) {
+		op->state = OP_S_BULK;
+		op->btag = OFI_TAG_OBULK | offer->cookie;
+		op->w.cookie = offer->cookie | OFI_RTS_OFFER;
+		rc = post_offered(c, op);
+		if (fabric_busy(rc)) {
+			(void)progress_once(c);
+			offer = offer_find(c, peer, tag);
+			if (offer != NULL && offer->len == len) {
+				op->btag = OFI_TAG_OBULK | offer->cookie;
+				op->w.cookie = offer->cookie | OFI_RTS_OFFER;
+				rc = post_offered(c, op);
+			}
+		}
+		if (rc == 0)
+			c->offers_used++;
 	} else {
-		use = offer != NULL && offer->len == len;
+		/* No offer of this length: ask first. An offer of another
+		 * length is dropped below (the receiver withdraws it). */
 		op->state = OP_S_RTS;
-		op->w.cookie = use ? offer->cookie | OFI_RTS_OFFER
-				   : cookie_of(c, op);
+		op->w.cookie = cookie_of(c, op);
 		rc = post_rts(c, op);
 		if (fabric_busy(rc)) {
 			(void)progress_once(c);
-			/* Progress may have taken the offer back. */
 			offer = offer_find(c, peer, tag);
-			use = offer != NULL && offer->len == len;
-			op->w.cookie = use ? offer->cookie | OFI_RTS_OFFER
-					   : cookie_of(c, op);
 			rc = post_rts(c, op);
 		}
-		op->btag = use ? OFI_TAG_OBULK | offer->cookie
-			       : OFI_TAG_BULK | cookie_of(c, op);
+		op->btag = OFI_TAG_BULK | cookie_of(c, op);
 	}
 	if (rc >= 0 && (c->peer[peer].dead || c->peer[peer].closing))
 		offer = NULL; /* progress above voided the table */
@@ -1487,10 +1684,12 @@ int dpl__ofi_isend(struct ofi_ctx *c, struct ofi_req *r, uint32_t peer,
 	r->slot = idx_of(c, op) + 1;
 	if (offer != NULL) {
 		offer_drop(c, peer, offer);
-		/* The receive is posted: the payload goes now. */
-		if (op->state == OP_S_RTS && (op->w.cookie & OFI_RTS_OFFER)) {
-			c->offers_used++;
-			post_bulk_send(c, op);
+		if (op->state == OP_S_BULK) {
+			/* Kept as used: a RETRACT of it (the receive was
+			 * cancelled before the message landed) learns where
+			 * it is in the sequence. */
+			offer->used = true;
+			offer->seq = op->w.h.seq;
 		}
 	}
 	if (c->npend != 0)
@@ -1528,6 +1727,8 @@ static void offer_flush_all(struct ofi_ctx *c)
 static void offer_post(struct ofi_ctx *c, struct ofi_op *op)
 {
 	struct ofi_peer *q = &c->peer[op->peer];
+	struct iovec iov[2];
+	void *desc[2];
 	uint32_t i;
 	int rc;
 
@@ -1539,8 +1740,14 @@ static void offer_post(struct ofi_ctx *c, struct ofi_op *op)
 		if (&c->op[i - 1] != op && c->op[i - 1].tag == op->tag)
 			return;
 	op->btag = OFI_TAG_OBULK | cookie_of(c, op);
-	rc = (int)fi_trecv(c->ep, op->buf, op->len, desc_of(c, &op->mr),
-			   q->addr, op->btag, 0, &op->fc[2]);
+	iov[0].iov_base = &op->rh;
+	iov[0].iov_len = sizeof op->rh;
+	desc[0] = static_desc(c->op_mr);
+	iov[1].iov_base = op->buf;
+	iov[1].iov_len = op->len;
+	desc[1] = desc_of(c, &op->mr);
+	rc = (int)fi_trecvv(c->ep, iov, c->mr_local ? desc : NULL, 2,
+			    q->addr, op->btag, 0, &op->fc[2]);
 	if (rc != 0)
 		return; /* no offer: the request to send asks as before */
 	op->busy++;
@@ -1796,6 +2003,10 @@ int dpl__ofi_data_init(struct ofi_ctx *c)
 		c->scratch = NULL;
 		c->o.offer = false;
 	}
+	/* An offered receive takes its message as a header slot and the
+	 * caller's buffer: without 2-entry receives, no offers. */
+	if (c->info->rx_attr->iov_limit < 2)
+		c->o.offer = false;
 	for (i = 0; i < c->nop; i++) {
 		c->op[i].next = i + 2 <= c->nop ? i + 2 : 0;
 		c->op[i].mr.idx = -1;

@@ -34,7 +34,8 @@
  *  - Offers (a clear to send ahead of the request): when the caller
  *    posts a receive larger than the eager limit (and at most
  *    OFI_OFFER_MAX) that is the only one waiting for its (peer, tag), the
- *    receiver posts it at once on tag OBULK|its own cookie and sends the
+ *    receiver posts it at once on tag OBULK|its own cookie, behind a
+ *    header slot of the operation (2-entry receive), and sends the
  *    peer an offer: cookie, length, tag and how many of the peer's
  *    messages it had taken so far (seq). The offer rides on the next
  *    request to send to that peer (a ping-pong answers right after it
@@ -45,24 +46,36 @@
  *    in a table of OFI_OFFERS entries per receiver; the receiver never
  *    has more offers out to one peer than that. The peer's next message
  *    with that tag consumes the offer: a send of exactly that length
- *    sends a request to send marked OFI_RTS_OFFER with the receiver's
- *    cookie and the payload on OBULK|cookie at once (no round trip); any
- *    other message drops it and travels as usual. On the receiver the
- *    first message of that tag from the peer matches the offered receive
- *    either way (FIFO): a marked one waits for the payload already on
- *    its way; an unmarked one withdraws the posted payload receive (the
- *    peer, which had sent something since, never uses the offer) and
- *    carries on as without an offer.
+ *    sends ONE message on OBULK|cookie (no round trip): a request to
+ *    send marked OFI_RTS_OFFER with the receiver's cookie (sequence
+ *    number, credits, a riding offer, like any) followed by the payload
+ *    (2-entry send vector); the table entry stays, marked used, with
+ *    that sequence number. Any other message drops the offer and travels
+ *    as usual. On the receiver the header lands in the slot and the
+ *    payload in the caller's buffer; the message then takes its turn in
+ *    the peer's sequence like a bounce buffer (held while earlier ones
+ *    are missing) and completes the offered receive, the first of its
+ *    tag from that peer (FIFO). An unmarked message of that tag matches
+ *    the offered receive first when the peer had not kept the offer (it
+ *    had sent something since): it withdraws the posted payload receive
+ *    and carries on as without an offer.
  *  - Cancel of an offered receive withdraws its payload receive from the
- *    fabric first: when the payload had already landed the receive
+ *    fabric first: when the message had already landed the receive
  *    completes normally; otherwise it ends DPL_ECANCELED and the receiver
- *    sends RETRACT, which removes the offer from the peer's table (the
- *    answer, RETRACTED, gives the table entry back). A marked request to
- *    send that still arrives for it (the peer used the offer first)
- *    matches the next receive of that tag like any request to send,
- *    which then posts for the payload on OBULK|cookie (or drains it into
- *    a scratch area when the lengths differ: DPL_ETRUNC).
- *  - Control messages (CTS, NACK, CREDIT, OFFER, RETRACT, RETRACTED) are
+ *    sends RETRACT. The peer answers RETRACTED when the offer was unused
+ *    (removed from its table, or never kept) or USED (sequence number,
+ *    tag, length) when its message is already on OBULK|cookie, now
+ *    without a receive. Either answer gives the table entry back. USED
+ *    arrives in the peer's sequence as a marked request to send (in a
+ *    bounce buffer); the next receive of that tag matches it and posts
+ *    for the message on OBULK|cookie with a header slot (or drains the
+ *    payload into a scratch area when the lengths differ: DPL_ETRUNC);
+ *    the header's credits count when it lands. Until USED comes, the
+ *    peer's later messages wait behind that sequence number. A used
+ *    entry is overwritten only by an offer kept later, which the
+ *    receiver made after it took every message sent on used entries.
+ *  - Control messages (CTS, NACK, CREDIT, OFFER, RETRACT, RETRACTED,
+ *    USED) are
  *    40 bytes on tag CTRL, received into a small ring of preposted
  *    buffers from any source.
  *  - Liveness does not use the fabric (see ofi_live.c).
@@ -93,6 +106,7 @@
 #define OFI_CTRL_OFFER 4u
 #define OFI_CTRL_RETRACT 5u
 #define OFI_CTRL_RETRACTED 6u
+#define OFI_CTRL_USED 7u
 
 #define OFI_MH_RTS (UINT64_C(1) << 63) /* header tag bit: request to send */
 #define OFI_RTS_OFFER (UINT64_C(1) << 63) /* cookie bit: payload sent on
@@ -163,7 +177,10 @@ struct ofi_offer {
 	uint64_t tag;
 	uint64_t cookie;
 	uint64_t len;
+	uint32_t seq;  /* used: the sequence number of that message */
 	bool valid;
+	bool used;     /* consumed by a message sent to OBULK|cookie; kept
+			  until a RETRACT asks or a new offer needs it */
 };
 
 /* Parsed "key=value,..." options of struct dpl_transport_params. */
@@ -212,9 +229,7 @@ enum {
 	OP_S_RTS,       /* send: header sent, waiting for CTS or NACK */
 	OP_S_BULK_WAIT, /* send: bulk to post (fabric was busy) */
 	OP_S_BULK,      /* send: bulk posted */
-	OP_DEAD_WAIT,   /* was waiting to post; its request ended */
-	OP_R_OBULK      /* receive: matched its offer's marked request to
-			   send, payload receive (fc[2]) still posted */
+	OP_DEAD_WAIT    /* was waiting to post; its request ended */
 };
 
 struct ofi_req;
@@ -228,6 +243,7 @@ struct ofi_op {
 	struct fi_context2 fc[3]; /* [0] message/header, [1] bulk,
 				     [2] the payload receive of an offer */
 	struct ofi_rts w;         /* header sent; cookie of a peer's RTS */
+	struct ofi_rts rh;        /* receive: header of an offered payload */
 	struct ofi_req *req;      /* request, NULL once it completed */
 	void *buf;
 	size_t len;
@@ -247,7 +263,8 @@ struct ofi_op {
 	uint8_t bulk_rx;  /* counts in ctx->nbulk */
 	uint8_t offered;  /* receive: its offer counts in peer offers_out */
 	uint8_t offer_rx; /* receive: fc[2] posted (counts in ctx->nbulk) */
-	uint8_t offer_done; /* receive: fc[2] completed with the payload */
+	uint8_t offer_done; /* receive: its message landed in fc[2] and
+			       waits for its turn in the sequence */
 	uint8_t cts;      /* receive: its bulk receive answers with a CTS */
 	uint8_t drain;    /* receive: bulk drains into the scratch area */
 	int offer_st;     /* result of fc[2] once offer_done */
@@ -295,6 +312,8 @@ struct ofi_peer {
 	uint32_t seq_in;   /* next sequence number expected from it */
 	uint32_t offers_out; /* our offers it may still hold */
 	uint32_t offers_in;  /* its offers we hold (valid entries) */
+	uint32_t nused;      /* USED answers waiting for a bounce buffer */
+	struct ofi_ctrl used[OFI_OFFERS];
 	bool pend_set;       /* an offer of ours waits for a ride */
 	struct ofi_offer_wire pend;
 	struct ofi_offer *offer; /* [OFI_OFFERS] its offers we hold */
@@ -362,8 +381,11 @@ struct ofi_ctx {
 
 	struct ofi_offer *offers; /* [n * OFI_OFFERS] */
 	uint32_t npend;       /* peers with pend_set */
+	uint32_t nused;       /* USED answers waiting, all peers */
 	uint64_t offers_posted; /* receives offered (for the tests) */
 	uint64_t offers_used;   /* sends that used an offer */
+	uint64_t offers_single; /* offered receives filled by one message */
+	uint64_t offers_held;   /* of those, landed before an earlier one */
 	char *scratch;        /* OFI_OFFER_MAX bytes, address space only:
 				 payloads of withdrawn offers that no
 				 receive of their length wants */
@@ -445,8 +467,11 @@ uint64_t dpl__ofi_now(void);
  * or "fi_shm://PID:UID:IDX") and the provider chosen. */
 const char *dpl__ofi_local_address(void *ctx);
 const char *dpl__ofi_provider(void *ctx);
-/* For the module's tests: receives this context offered, and its sends
- * that went on a peer's offer (no request to send answered first). */
-void dpl__ofi_offer_counts(void *ctx, uint64_t *posted, uint64_t *used);
+/* For the module's tests: receives this context offered, its sends that
+ * went on a peer's offer (one message, no request to send answered
+ * first), its offered receives that such a message filled, and how many
+ * of those landed before an earlier message of that peer. */
+void dpl__ofi_offer_counts(void *ctx, uint64_t *posted, uint64_t *used,
+			   uint64_t *single, uint64_t *held);
 
 #endif /* DPL_OFI_INTERNAL_H */

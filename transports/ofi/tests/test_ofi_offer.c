@@ -46,18 +46,37 @@ static void run(const char *prov, uint32_t n, h_rank_fn fn)
 
 static uint64_t used_of(struct h_rank *r)
 {
-	uint64_t posted, used;
+	uint64_t posted, used, single, held;
 
-	dpl__ofi_offer_counts(r->ctx, &posted, &used);
+	dpl__ofi_offer_counts(r->ctx, &posted, &used, &single, &held);
 	return used;
 }
 
 static uint64_t posted_of(struct h_rank *r)
 {
-	uint64_t posted, used;
+	uint64_t posted, used, single, held;
 
-	dpl__ofi_offer_counts(r->ctx, &posted, &used);
+	dpl__ofi_offer_counts(r->ctx, &posted, &used, &single, &held);
 	return posted;
+}
+
+/* Offered receives whose message landed before an earlier message of
+ * the same sender (held for its turn). */
+static uint64_t held_of(struct h_rank *r)
+{
+	uint64_t posted, used, single, held;
+
+	dpl__ofi_offer_counts(r->ctx, &posted, &used, &single, &held);
+	return held;
+}
+
+/* Offered receives that their message filled in one piece. */
+static uint64_t single_of(struct h_rank *r)
+{
+	uint64_t posted, used, single, held;
+
+	dpl__ofi_offer_counts(r->ctx, &posted, &used, &single, &held);
+	return single;
 }
 
 /* ---------------------------------------------------------------- */
@@ -88,6 +107,10 @@ static int posted_early(struct h_rank *r)
 		CHECK(r, rc == 0, "receives: %s", dpl_err_name(rc));
 		CHECK(r, h_check(a, BIG, 20) == SIZE_MAX, "tag 20 data");
 		CHECK(r, h_check(b, BIG + 1, 21) == SIZE_MAX, "tag 21 data");
+		/* Each came as one message, header and payload, in either
+		 * order (tag 21 was sent first). */
+		CHECK(r, single_of(r) == 2, "%llu receives filled by one "
+		      "message, not 2", (unsigned long long)single_of(r));
 		/* Second round: the sends come first. */
 		CHECK(r, h_wait_flag(r->sh, F_STORED, 1, 10000), "rank 0");
 		h_spin(r, 50);
@@ -102,6 +125,8 @@ static int posted_early(struct h_rank *r)
 		CHECK(r, h_check(b, BIG + 1, 121) == SIZE_MAX, "tag 21 data");
 		CHECK(r, posted_of(r) == 2, "%llu receives offered, not 2",
 		      (unsigned long long)posted_of(r));
+		CHECK(r, single_of(r) == 2, "%llu receives filled by one "
+		      "message, not 2", (unsigned long long)single_of(r));
 	} else {
 		h_fill(a, BIG, 20);
 		h_fill(b, BIG + 1, 21);
@@ -313,6 +338,85 @@ OFI_TEST(fifo_with_offers_mixed_sizes, 120)
 
 /* ---------------------------------------------------------------- */
 
+#define NAHEAD 16
+
+/* Rank 0 sends NAHEAD small messages on tag 71 and then one on rank 1's
+ * offer (tag 70) while rank 1 does not progress: more small ones than
+ * rank 1 has bounce buffers posted wait in the provider, so (on shm) the
+ * offered message lands first. It still takes its turn: the receive completes
+ * once the earlier ones arrived, and they match in order. */
+static int offered_overtakes(struct h_rank *r)
+{
+	struct ofi_ctx *c = r->ctx;
+	uint8_t *a = malloc(BIG), s[64];
+	void *q = h_req(r), *qs[NAHEAD];
+	uint32_t n = c->credit_max - 1 < NAHEAD ? c->credit_max - 1 : NAHEAD;
+	uint32_t i;
+	int rc;
+
+	CHECK(r, a != NULL, "malloc");
+	CHECK(r, n > c->bpp, "%u credits, %u bounce buffers: nothing can wait",
+	      c->credit_max, c->bpp);
+	if (r->rank == 1) {
+		memset(a, 0, BIG);
+		rc = r->o->irecv(r->ctx, q, 0, 70, a, BIG, DPL_MEM_HOST);
+		CHECK(r, rc == 0, "irecv: %s", dpl_err_name(rc));
+		CHECK(r, posted_of(r) == 1, "receive not offered");
+		h_spin(r, 20);
+		atomic_store(&r->sh->flag[F_POSTED], 1);
+		CHECK(r, h_wait_flag(r->sh, F_STORED, 1, 10000), "rank 0");
+		rc = h_wait(r, q, 10000);
+		CHECK(r, rc == 0, "offered receive: %s", dpl_err_name(rc));
+		CHECK(r, h_check(a, BIG, 70) == SIZE_MAX, "tag 70 data");
+		/* shm lands it first; tcp;ofi_rxm reads its socket in
+		 * order and fetches the large payload later. */
+		CHECK(r, single_of(r) == 1 &&
+			 (strcmp(dpl__ofi_provider(r->ctx), "shm") == 0
+				  ? held_of(r) == 1
+				  : held_of(r) <= 1),
+		      "%llu filled by one message, %llu of them held",
+		      (unsigned long long)single_of(r),
+		      (unsigned long long)held_of(r));
+		for (i = 0; i < n; i++) {
+			rc = h_recv(r, 0, 71, s, sizeof s);
+			CHECK(r, rc == 0 && h_check(s, sizeof s, 100 + i) ==
+						    SIZE_MAX,
+			      "small message %u: %s", i, dpl_err_name(rc));
+		}
+	} else {
+		CHECK(r, h_wait_flag(r->sh, F_POSTED, 1, 10000), "rank 1");
+		h_spin(r, 20); /* the offer is here */
+		for (i = 0; i < n; i++) {
+			qs[i] = h_req(r);
+			h_fill(s, sizeof s, 100 + i);
+			rc = r->o->isend(r->ctx, qs[i], 1, 71, s, sizeof s,
+					 DPL_MEM_HOST);
+			CHECK(r, rc == 0, "isend %u: %s", i, dpl_err_name(rc));
+		}
+		h_fill(a, BIG, 70);
+		rc = r->o->isend(r->ctx, q, 1, 70, a, BIG, DPL_MEM_HOST);
+		CHECK(r, rc == 0, "isend: %s", dpl_err_name(rc));
+		CHECK(r, used_of(r) == 1, "the send did not use the offer");
+		atomic_store(&r->sh->flag[F_STORED], 1);
+		rc = h_wait_all(r, qs, n, 10000);
+		CHECK(r, rc == 0, "small sends: %s", dpl_err_name(rc));
+		rc = h_wait(r, q, 10000);
+		CHECK(r, rc == 0, "send: %s", dpl_err_name(rc));
+		for (i = 0; i < n; i++)
+			free(qs[i]);
+	}
+	free(a);
+	free(q);
+	return 0;
+}
+
+OFI_TEST(offered_message_waits_its_turn, 60)
+{
+	run(prov, 2, offered_overtakes);
+}
+
+/* ---------------------------------------------------------------- */
+
 /* Rank 1 cancels an offered receive. Round 0: rank 0 sends on the offer
  * before it hears of the cancel; the next receive of that tag gets the
  * message. Round 1: the same, and the next receive is shorter: it ends
@@ -362,6 +466,12 @@ static int cancel_offered(struct h_rank *r)
 				CHECK(r, h_check(a, BIG, 50 + (uint32_t)k) ==
 						 SIZE_MAX,
 				      "round %d: data", k);
+			/* Rounds 0 and 1: the message sent on the withdrawn
+			 * offer was fetched by the next receive, not taken
+			 * as the offered receive's own. */
+			CHECK(r, k == 2 || single_of(r) == 0,
+			      "round %d: %llu offered receives filled", k,
+			      (unsigned long long)single_of(r));
 			for (i = 0; i < BIG; i++)
 				CHECK(r, g[i] == 0xa5,
 				      "round %d: cancelled receive's buffer "
