@@ -108,14 +108,17 @@ plugin() {
 
 # label|module|environment|ranks|probe options
 # Streaming shares one send and one receive buffer among the requests in
-# flight, as ucx_perftest does.
+# flight, as ucx_perftest does. The ping-pong posts each next receive as
+# the native tool it is compared with does: right after its send
+# (ucx_perftest's tag_lat; the default), or as soon as the last receive
+# completed, before the send (fi_pingpong: --repost before).
 configs=(
   "inproc|inproc||threads|"
   "shm|shm||processes|"
   "ucx-tcp|ucx|UCX_TLS=tcp UCX_NET_DEVICES=lo|processes|"
   "ucx-sm|ucx|UCX_TLS=sm UCX_NET_DEVICES=lo|processes|"
-  "ofi-tcp|ofi|FI_PROVIDER=tcp;ofi_rxm FI_TCP_IFACE=lo|processes|"
-  "ofi-shm|ofi|FI_PROVIDER=shm|processes|"
+  "ofi-tcp|ofi|FI_PROVIDER=tcp;ofi_rxm FI_TCP_IFACE=lo|processes|--repost before"
+  "ofi-shm|ofi|FI_PROVIDER=shm|processes|--repost before"
 )
 
 wanted() { [ -z "$modules" ] || [[ ",$modules," == *",$1,"* ]]; }

@@ -6,8 +6,11 @@
  * same sizes for scale.
  *
  *  - ping-pong: rank 0 sends, rank 1 answers with the same size; each
- *    rank posts its next receive as soon as the last one completed,
- *    before it sends (as fi_pingpong and ucx_perftest do); the
+ *    rank posts its next receive as soon as the last one completed and
+ *    before it sends (--repost before, as fi_pingpong does), or right
+ *    after it posted its send (--repost after, the default, as
+ *    ucx_perftest's tag_lat does: the post is then off the critical
+ *    path); the
  *    one-way latency is half a round trip, reported as the median over
  *    the round trips (ucx_perftest's tag_lat "50.0%ile") and as the mean,
  *    and the ping-pong bandwidth is size / mean one-way time (what
@@ -28,7 +31,7 @@
  *          [--ranks processes|threads] [--options K=V,...]
  *          [--min BYTES] [--max BYTES | --sizes LIST] [--reps N]
  *          [--window N] [--buffers shared|distinct] [--pin]
- *          [--json FILE] [--tsv FILE]
+ *          [--repost before|after] [--json FILE] [--tsv FILE]
  *        transport_probe --memcpy [--min] [--max] [--reps] [--json] [--tsv]
  */
 #define _GNU_SOURCE
@@ -82,6 +85,7 @@ struct opts {
 	const char *list; /* --sizes */
 	bool distinct;    /* --buffers distinct */
 	bool pin;         /* --pin: rank r on CPU r */
+	bool repost_first; /* --repost before */
 	int reps;
 	int window;
 };
@@ -211,10 +215,11 @@ static int post(struct rank *r, bool send, void *req, uint64_t tag,
 	}
 }
 
-/* Receives land in buf, sends leave from buf + size. Each rank posts
- * its next receive as soon as the current one completed, before it
- * sends (as fi_pingpong and ucx_perftest do), so every receive is
- * posted before its message is sent. Receives alternate between
+/* Receives land in buf, sends leave from buf + size. With --repost
+ * before, each rank posts its next receive as soon as the last one
+ * completed, before its send (every receive is posted before its message
+ * leaves); with --repost after, right after posting its send (rank 0's
+ * receive for the pong may then come second). Receives alternate between
  * requests 0 and 2; request 1 is the send. */
 static int pingpong(struct rank *r, size_t size, unsigned n,
 		    unsigned char *buf, double *rt)
@@ -222,7 +227,8 @@ static int pingpong(struct rank *r, size_t size, unsigned n,
 	unsigned i;
 	double t;
 
-	if (n > 0 && post(r, false, R(r, 0), 1, buf, size))
+	if (n > 0 && (O.repost_first || r->me == 1) &&
+	    post(r, false, R(r, 0), 1, buf, size))
 		return -1;
 	for (i = 0; i < n; i++) {
 		void *cur = R(r, i % 2 ? 2 : 0), *next = R(r, i % 2 ? 0 : 2);
@@ -231,15 +237,23 @@ static int pingpong(struct rank *r, size_t size, unsigned n,
 		if (r->me == 1) {
 			if (wait_req(r, cur, "ping"))
 				return -1;
-			if (i + 1 < n && post(r, false, next, 1, buf, size))
+			if (O.repost_first && i + 1 < n &&
+			    post(r, false, next, 1, buf, size))
 				return -1;
 		}
 		if (post(r, true, R(r, 1), 1, buf + size, size))
 			return -1;
+		if (r->me == 1 && !O.repost_first && i + 1 < n &&
+		    post(r, false, next, 1, buf, size))
+			return -1;
 		if (r->me == 0) {
+			if (!O.repost_first &&
+			    post(r, false, cur, 1, buf, size))
+				return -1;
 			if (wait_req(r, cur, "pong"))
 				return -1;
-			if (i + 1 < n && post(r, false, next, 1, buf, size))
+			if (O.repost_first && i + 1 < n &&
+			    post(r, false, next, 1, buf, size))
 				return -1;
 		}
 		if (wait_req(r, R(r, 1), "send"))
@@ -605,6 +619,7 @@ static void usage(FILE *f)
 		"\n         [--ranks processes|threads] [--options K=V,...]\n"
 		"         [--min BYTES] [--max BYTES | --sizes A,B,...] [--reps N]\n"
 		"         [--window N] [--buffers shared|distinct] [--pin]\n"
+		"         [--repost before|after]\n"
 		"         [--json FILE] [--tsv FILE]\n"
 		"       transport_probe --memcpy [--min BYTES] [--max BYTES] "
 		"[--reps N]\n"
@@ -704,6 +719,13 @@ int main(int argc, char **argv)
 				return 2;
 			}
 			O.distinct = strcmp(v, "distinct") == 0;
+		} else if (strcmp(a, "--repost") == 0) {
+			if (strcmp(v, "before") && strcmp(v, "after")) {
+				fprintf(stderr, "--repost: '%s' is not before "
+						"or after\n", v);
+				return 2;
+			}
+			O.repost_first = strcmp(v, "before") == 0;
 		} else if (strcmp(a, "--sizes") == 0) {
 			O.list = v;
 		} else if (strcmp(a, "--min") == 0) {
