@@ -35,9 +35,7 @@
  *        transport_probe --memcpy [--min] [--max] [--reps] [--json] [--tsv]
  */
 #define _GNU_SOURCE
-#include <arpa/inet.h>
 #include <errno.h>
-#include <netinet/in.h>
 #include <pthread.h>
 #include <sched.h>
 #include <signal.h>
@@ -47,13 +45,14 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
-#include <sys/socket.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
 #include <dpl/transport.h>
 #include <dpl/transport_load.h>
+
+#include "loopback_port.h"
 
 #define MAX_SIZES 16
 #define MAX_REPS 15
@@ -454,24 +453,6 @@ static void *thread_main(void *arg)
 	return NULL;
 }
 
-static int free_port(void)
-{
-	struct sockaddr_in a;
-	socklen_t len = sizeof a;
-	int fd = socket(AF_INET, SOCK_STREAM, 0), port = -1;
-
-	if (fd < 0)
-		return -1;
-	memset(&a, 0, sizeof a);
-	a.sin_family = AF_INET;
-	a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-	if (bind(fd, (struct sockaddr *)&a, sizeof a) == 0 &&
-	    getsockname(fd, (struct sockaddr *)&a, &len) == 0)
-		port = ntohs(a.sin_port);
-	close(fd);
-	return port;
-}
-
 static int run_transport(struct result *res)
 {
 	pid_t pid[2];
@@ -489,7 +470,7 @@ static int run_transport(struct result *res)
 			pthread_join(th[i], NULL);
 		return res->failed ? -1 : 0;
 	}
-	i = free_port();
+	i = dpl_test_loopback_port();
 	if (i <= 0) {
 		fprintf(stderr, "no free port on 127.0.0.1\n");
 		return -1;

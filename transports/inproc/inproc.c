@@ -61,7 +61,6 @@
 struct ireq {
 	struct ireq *prev, *next;
 	atomic_int status;  /* DPL_EAGAIN while pending */
-	uint32_t owner;     /* rank that posted it */
 	uint32_t peer;      /* the other side */
 	bool send;
 	bool queued;        /* in a channel's list or a posted FIFO */
@@ -443,29 +442,18 @@ static void deactivate(struct ctx *c, uint32_t p)
 	c->peer[p].act = NONE;
 }
 
-/* Complete receive r with ring message s. */
-static void take_slot(struct ireq *r, const struct slot *s)
+/* Complete receive r with the len bytes at src: copied when the
+ * lengths agree, else DPL_ETRUNC. Returns the status. */
+static int take(struct ireq *r, const void *src, size_t len)
 {
 	int st = 0;
 
-	if (s->len != r->len)
+	if (len != r->len)
 		st = DPL_ETRUNC;
-	else if (s->len > 0)
-		memcpy(r->buf, s->data, s->len);
+	else if (len > 0)
+		memcpy(r->buf, src, len);
 	complete(r, st);
-}
-
-/* Complete the send and receive of a list match. */
-static void take_send(struct ireq *send, struct ireq *recv)
-{
-	int st = 0;
-
-	if (send->len != recv->len)
-		st = DPL_ETRUNC;
-	else if (send->len > 0)
-		memcpy(recv->buf, send->buf, send->len);
-	complete(recv, st);
-	complete(send, st);
+	return st;
 }
 
 /* Give the sender back the slots before the first unmatched message. */
@@ -505,7 +493,7 @@ static int drain_list(struct ctx *c, uint32_t p)
 		q_remove(&ch->list, s);
 		atomic_fetch_sub_explicit(&ch->nlist, 1, memory_order_release);
 		q_remove(&pp->posted, r);
-		take_send(s, r);
+		complete(s, take(r, s->buf, s->len));
 		n++;
 	}
 	pthread_mutex_unlock(&ch->lock);
@@ -533,7 +521,7 @@ static int drain(struct ctx *c, uint32_t p)
 		r = q_find(&pp->posted, s->tag);
 		if (r != NULL) {
 			q_remove(&pp->posted, r);
-			take_slot(r, s);
+			take(r, s->data, s->len);
 			pp->used[pp->rscan & mask] = 1;
 			took++;
 		}
@@ -568,6 +556,20 @@ static int fail_from(struct ctx *c, uint32_t p)
 
 /* ---- leaving -------------------------------------------------------- */
 
+/* Complete every send waiting in ch's list with `status`. */
+static void end_list(struct chan *ch, int status)
+{
+	struct ireq *r;
+
+	pthread_mutex_lock(&ch->lock);
+	while ((r = ch->list.head) != NULL) {
+		q_remove(&ch->list, r);
+		complete(r, status);
+	}
+	atomic_store(&ch->nlist, 0);
+	pthread_mutex_unlock(&ch->lock);
+}
+
 static void inproc_fini(void *vctx)
 {
 	struct ctx *c = vctx;
@@ -586,20 +588,8 @@ static void inproc_fini(void *vctx)
 		/* Own sends waiting for their receive: cancelled. Once the
 		 * lock was taken after `dead` was set, no peer adds to the
 		 * incoming lists. */
-		pthread_mutex_lock(&out->lock);
-		while ((r = out->list.head) != NULL) {
-			q_remove(&out->list, r);
-			complete(r, DPL_ECANCELED);
-		}
-		atomic_store(&out->nlist, 0);
-		pthread_mutex_unlock(&out->lock);
-		pthread_mutex_lock(&in->lock);
-		while ((r = in->list.head) != NULL) {
-			q_remove(&in->list, r);
-			complete(r, DPL_EPEER);
-		}
-		atomic_store(&in->nlist, 0);
-		pthread_mutex_unlock(&in->lock);
+		end_list(out, DPL_ECANCELED);
+		end_list(in, DPL_EPEER);
 		while ((r = c->peer[q].posted.head) != NULL) {
 			q_remove(&c->peer[q].posted, r);
 			complete(r, DPL_ECANCELED);
@@ -650,7 +640,6 @@ static void init_req(struct ireq *r, struct ctx *c, uint32_t peer,
 {
 	r->prev = r->next = NULL;
 	atomic_init(&r->status, DPL_EAGAIN);
-	r->owner = c->rank;
 	r->peer = peer;
 	r->send = send;
 	r->queued = false;
@@ -744,7 +733,7 @@ static int inproc_irecv(void *vctx, void *req, uint32_t peer, uint64_t tag,
 		const struct slot *s = slot_of(c->w, peer, c->rank, i);
 
 		if (!pp->used[i & mask] && s->tag == tag) {
-			take_slot(r, s);
+			take(r, s->data, s->len);
 			pp->used[i & mask] = 1;
 			advance_head(c, peer);
 			c->extra++;

@@ -44,39 +44,21 @@ static void run(const char *prov, uint32_t n, h_rank_fn fn)
 	h_job_free(&j);
 }
 
-static uint64_t used_of(struct h_rank *r)
-{
+/* The module's offer counters: receives offered, sends that used an
+ * offer, offered receives their message filled in one piece, and those
+ * that landed before an earlier message of the same sender (held for
+ * their turn). */
+struct counts {
 	uint64_t posted, used, single, held;
+};
 
-	dpl__ofi_offer_counts(r->ctx, &posted, &used, &single, &held);
-	return used;
-}
-
-static uint64_t posted_of(struct h_rank *r)
+static struct counts counts_of(struct h_rank *r)
 {
-	uint64_t posted, used, single, held;
+	struct counts k;
 
-	dpl__ofi_offer_counts(r->ctx, &posted, &used, &single, &held);
-	return posted;
-}
-
-/* Offered receives whose message landed before an earlier message of
- * the same sender (held for its turn). */
-static uint64_t held_of(struct h_rank *r)
-{
-	uint64_t posted, used, single, held;
-
-	dpl__ofi_offer_counts(r->ctx, &posted, &used, &single, &held);
-	return held;
-}
-
-/* Offered receives that their message filled in one piece. */
-static uint64_t single_of(struct h_rank *r)
-{
-	uint64_t posted, used, single, held;
-
-	dpl__ofi_offer_counts(r->ctx, &posted, &used, &single, &held);
-	return single;
+	dpl__ofi_offer_counts(r->ctx, &k.posted, &k.used, &k.single,
+			      &k.held);
+	return k;
 }
 
 /* ---------------------------------------------------------------- */
@@ -99,8 +81,8 @@ static int posted_early(struct h_rank *r)
 		rc = r->o->irecv(r->ctx, q[1], 0, 21, b, BIG + 1,
 				 DPL_MEM_HOST);
 		CHECK(r, rc == 0, "irecv: %s", dpl_err_name(rc));
-		CHECK(r, posted_of(r) == 2, "%llu receives offered, not 2",
-		      (unsigned long long)posted_of(r));
+		CHECK(r, counts_of(r).posted == 2, "%llu receives offered, not 2",
+		      (unsigned long long)counts_of(r).posted);
 		h_spin(r, 50);
 		atomic_store(&r->sh->flag[F_POSTED], 1);
 		rc = h_wait_all(r, q, 2, 10000);
@@ -109,8 +91,8 @@ static int posted_early(struct h_rank *r)
 		CHECK(r, h_check(b, BIG + 1, 21) == SIZE_MAX, "tag 21 data");
 		/* Each came as one message, header and payload, in either
 		 * order (tag 21 was sent first). */
-		CHECK(r, single_of(r) == 2, "%llu receives filled by one "
-		      "message, not 2", (unsigned long long)single_of(r));
+		CHECK(r, counts_of(r).single == 2, "%llu receives filled by one "
+		      "message, not 2", (unsigned long long)counts_of(r).single);
 		/* Second round: the sends come first. */
 		CHECK(r, h_wait_flag(r->sh, F_STORED, 1, 10000), "rank 0");
 		h_spin(r, 50);
@@ -123,10 +105,10 @@ static int posted_early(struct h_rank *r)
 		CHECK(r, rc == 0, "receives: %s", dpl_err_name(rc));
 		CHECK(r, h_check(a, BIG, 120) == SIZE_MAX, "tag 20 data");
 		CHECK(r, h_check(b, BIG + 1, 121) == SIZE_MAX, "tag 21 data");
-		CHECK(r, posted_of(r) == 2, "%llu receives offered, not 2",
-		      (unsigned long long)posted_of(r));
-		CHECK(r, single_of(r) == 2, "%llu receives filled by one "
-		      "message, not 2", (unsigned long long)single_of(r));
+		CHECK(r, counts_of(r).posted == 2, "%llu receives offered, not 2",
+		      (unsigned long long)counts_of(r).posted);
+		CHECK(r, counts_of(r).single == 2, "%llu receives filled by one "
+		      "message, not 2", (unsigned long long)counts_of(r).single);
 	} else {
 		h_fill(a, BIG, 20);
 		h_fill(b, BIG + 1, 21);
@@ -139,8 +121,8 @@ static int posted_early(struct h_rank *r)
 		CHECK(r, rc == 0, "isend: %s", dpl_err_name(rc));
 		rc = h_wait_all(r, q, 2, 10000);
 		CHECK(r, rc == 0, "sends: %s", dpl_err_name(rc));
-		CHECK(r, used_of(r) == 2, "%llu sends on offers, not 2",
-		      (unsigned long long)used_of(r));
+		CHECK(r, counts_of(r).used == 2, "%llu sends on offers, not 2",
+		      (unsigned long long)counts_of(r).used);
 		h_fill(a, BIG, 120);
 		h_fill(b, BIG + 1, 121);
 		rc = r->o->isend(r->ctx, q[0], 1, 20, a, BIG, DPL_MEM_HOST);
@@ -151,8 +133,8 @@ static int posted_early(struct h_rank *r)
 		atomic_store(&r->sh->flag[F_STORED], 1);
 		rc = h_wait_all(r, q, 2, 10000);
 		CHECK(r, rc == 0, "sends: %s", dpl_err_name(rc));
-		CHECK(r, used_of(r) == 2, "%llu sends on offers, not 2",
-		      (unsigned long long)used_of(r));
+		CHECK(r, counts_of(r).used == 2, "%llu sends on offers, not 2",
+		      (unsigned long long)counts_of(r).used);
 	}
 	free(a);
 	free(b);
@@ -204,9 +186,9 @@ static int crossed(struct h_rank *r)
 		 * so this receive is offered and the two cross. */
 		rc = r->o->irecv(r->ctx, q, 0, 30, a, rlen, DPL_MEM_HOST);
 		CHECK(r, rc == 0, "irecv: %s", dpl_err_name(rc));
-		CHECK(r, posted_of(r) == (uint64_t)k + 1,
+		CHECK(r, counts_of(r).posted == (uint64_t)k + 1,
 		      "round %d: %llu receives offered", k,
-		      (unsigned long long)posted_of(r));
+		      (unsigned long long)counts_of(r).posted);
 		rc = h_wait(r, q, 10000);
 		CHECK(r, rc == (k == 0 ? 0 : DPL_ETRUNC), "round %d: receive: %s",
 		      k, dpl_err_name(rc));
@@ -219,7 +201,7 @@ static int crossed(struct h_rank *r)
 	CHECK(r, rc == 0, "after the crossing: %s", dpl_err_name(rc));
 	CHECK(r, h_check(a, BIG, 39) == SIZE_MAX, "data after the crossing");
 	if (r->rank == 0)
-		CHECK(r, used_of(r) == 0, "a send used a crossed offer");
+		CHECK(r, counts_of(r).used == 0, "a send used a crossed offer");
 	free(a);
 	free(q);
 	return 0;
@@ -314,10 +296,10 @@ static int mixed(struct h_rank *r)
 		CHECK(r, rc == 0, "send %u: %s", i, dpl_err_name(rc));
 	}
 	snprintf(r->sh->note[r->rank], H_MSG, "%llu offered, %llu sent on offers",
-		 (unsigned long long)posted_of(r),
-		 (unsigned long long)used_of(r));
+		 (unsigned long long)counts_of(r).posted,
+		 (unsigned long long)counts_of(r).used);
 	/* Both ranks' counts: some sends went on offers. */
-	atomic_store(&r->sh->t[10 + r->rank], used_of(r) + 1);
+	atomic_store(&r->sh->t[10 + r->rank], counts_of(r).used + 1);
 	atomic_store(&r->sh->flag[F_READY0 + (int)r->rank], 1);
 	CHECK(r, h_wait_flag(r->sh, F_READY0 + (int)peer, 1, 10000), "peer");
 	CHECK(r, atomic_load(&r->sh->t[10]) + atomic_load(&r->sh->t[11]) > 2,
@@ -361,7 +343,7 @@ static int offered_overtakes(struct h_rank *r)
 		memset(a, 0, BIG);
 		rc = r->o->irecv(r->ctx, q, 0, 70, a, BIG, DPL_MEM_HOST);
 		CHECK(r, rc == 0, "irecv: %s", dpl_err_name(rc));
-		CHECK(r, posted_of(r) == 1, "receive not offered");
+		CHECK(r, counts_of(r).posted == 1, "receive not offered");
 		h_spin(r, 20);
 		atomic_store(&r->sh->flag[F_POSTED], 1);
 		CHECK(r, h_wait_flag(r->sh, F_STORED, 1, 10000), "rank 0");
@@ -370,13 +352,13 @@ static int offered_overtakes(struct h_rank *r)
 		CHECK(r, h_check(a, BIG, 70) == SIZE_MAX, "tag 70 data");
 		/* shm lands it first; tcp;ofi_rxm reads its socket in
 		 * order and fetches the large payload later. */
-		CHECK(r, single_of(r) == 1 &&
+		CHECK(r, counts_of(r).single == 1 &&
 			 (strcmp(dpl__ofi_provider(r->ctx), "shm") == 0
-				  ? held_of(r) == 1
-				  : held_of(r) <= 1),
+				  ? counts_of(r).held == 1
+				  : counts_of(r).held <= 1),
 		      "%llu filled by one message, %llu of them held",
-		      (unsigned long long)single_of(r),
-		      (unsigned long long)held_of(r));
+		      (unsigned long long)counts_of(r).single,
+		      (unsigned long long)counts_of(r).held);
 		for (i = 0; i < n; i++) {
 			rc = h_recv(r, 0, 71, s, sizeof s);
 			CHECK(r, rc == 0 && h_check(s, sizeof s, 100 + i) ==
@@ -396,7 +378,7 @@ static int offered_overtakes(struct h_rank *r)
 		h_fill(a, BIG, 70);
 		rc = r->o->isend(r->ctx, q, 1, 70, a, BIG, DPL_MEM_HOST);
 		CHECK(r, rc == 0, "isend: %s", dpl_err_name(rc));
-		CHECK(r, used_of(r) == 1, "the send did not use the offer");
+		CHECK(r, counts_of(r).used == 1, "the send did not use the offer");
 		atomic_store(&r->sh->flag[F_STORED], 1);
 		rc = h_wait_all(r, qs, n, 10000);
 		CHECK(r, rc == 0, "small sends: %s", dpl_err_name(rc));
@@ -469,9 +451,9 @@ static int cancel_offered(struct h_rank *r)
 			/* Rounds 0 and 1: the message sent on the withdrawn
 			 * offer was fetched by the next receive, not taken
 			 * as the offered receive's own. */
-			CHECK(r, k == 2 || single_of(r) == 0,
+			CHECK(r, k == 2 || counts_of(r).single == 0,
 			      "round %d: %llu offered receives filled", k,
-			      (unsigned long long)single_of(r));
+			      (unsigned long long)counts_of(r).single);
 			for (i = 0; i < BIG; i++)
 				CHECK(r, g[i] == 0xa5,
 				      "round %d: cancelled receive's buffer "
@@ -499,10 +481,10 @@ static int cancel_offered(struct h_rank *r)
 		/* Rounds 0 and 1 send on the retracted offer. In round 2
 		 * the retraction came first; the send asks first, or goes
 		 * on the offer of the receive posted after the cancel. */
-		CHECK(r, k < 2 ? used_of(r) == (uint64_t)k + 1
-			       : used_of(r) == 2 || used_of(r) == 3,
+		CHECK(r, k < 2 ? counts_of(r).used == (uint64_t)k + 1
+			       : counts_of(r).used == 2 || counts_of(r).used == 3,
 		      "round %d: %llu sends on offers", k,
-		      (unsigned long long)used_of(r));
+		      (unsigned long long)counts_of(r).used);
 		h_fill(a, 64, 60);
 		rc = h_send(r, 1, 50, a, 64);
 		CHECK(r, rc == 0, "following message: %s", dpl_err_name(rc));
@@ -542,9 +524,9 @@ static int beyond_table(struct h_rank *r)
 					 b + (size_t)i * BIG, BIG, DPL_MEM_HOST);
 			CHECK(r, rc == 0, "irecv %d: %s", i, dpl_err_name(rc));
 		}
-		CHECK(r, posted_of(r) == OFI_OFFERS,
+		CHECK(r, counts_of(r).posted == OFI_OFFERS,
 		      "%llu receives offered, expected %d",
-		      (unsigned long long)posted_of(r), OFI_OFFERS);
+		      (unsigned long long)counts_of(r).posted, OFI_OFFERS);
 		h_spin(r, 20);
 		atomic_store(&r->sh->flag[F_POSTED], 1);
 		rc = h_wait_all(r, q, NBEYOND, 20000);
@@ -571,9 +553,9 @@ static int beyond_table(struct h_rank *r)
 		}
 		rc = h_wait_all(r, q, NBEYOND, 20000);
 		CHECK(r, rc == 0, "sends: %s", dpl_err_name(rc));
-		CHECK(r, used_of(r) == OFI_OFFERS,
+		CHECK(r, counts_of(r).used == OFI_OFFERS,
 		      "%llu sends on offers, expected %d",
-		      (unsigned long long)used_of(r), OFI_OFFERS);
+		      (unsigned long long)counts_of(r).used, OFI_OFFERS);
 	}
 	for (i = 0; i < NBEYOND; i++)
 		free(q[i]);
@@ -612,7 +594,7 @@ static int killed_holder(struct h_rank *r)
 	if (r->rank == 0) {
 		rc = r->o->irecv(r->ctx, q, 1, 71, a, BIG, DPL_MEM_HOST);
 		CHECK(r, rc == 0, "irecv: %s", dpl_err_name(rc));
-		CHECK(r, posted_of(r) == 1, "receive not offered");
+		CHECK(r, counts_of(r).posted == 1, "receive not offered");
 		h_spin(r, 50); /* rank 1's offer is here */
 		atomic_store(&r->sh->flag[F_READY0], 1);
 		rc = h_wait(r, q, 10000);
@@ -662,7 +644,7 @@ static int killed_holder(struct h_rank *r)
 		CHECK(r, rc == 0 && h_check(a, BIG, 99) == SIZE_MAX,
 		      "last receive: %s", dpl_err_name(rc));
 	}
-	CHECK(r, used_of(r) > 0, "no bystander send went on an offer");
+	CHECK(r, counts_of(r).used > 0, "no bystander send went on an offer");
 	free(a);
 	free(b);
 	free(q);
@@ -717,7 +699,7 @@ static int closed_holder(struct h_rank *r)
 	if (r->rank == 1) {
 		rc = r->o->irecv(r->ctx, q, 0, 80, a, BIG, DPL_MEM_HOST);
 		CHECK(r, rc == 0, "irecv: %s", dpl_err_name(rc));
-		CHECK(r, posted_of(r) == 1, "receive not offered");
+		CHECK(r, counts_of(r).posted == 1, "receive not offered");
 		atomic_store(&r->sh->flag[F_POSTED], 1);
 		CHECK(r, h_wait_flag(r->sh, F_STORED, 1, 10000), "rank 0");
 		atomic_store(&r->sh->flag[F_CLOSED], 1);
@@ -735,7 +717,7 @@ static int closed_holder(struct h_rank *r)
 		rc = h_wait(r, q, 5000);
 	CHECK(r, rc == DPL_EPEER, "send to the closed rank: %s",
 	      dpl_err_name(rc));
-	CHECK(r, used_of(r) == 0, "a send went on a closed rank's offer");
+	CHECK(r, counts_of(r).used == 0, "a send went on a closed rank's offer");
 	return 0;
 }
 
