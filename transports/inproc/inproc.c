@@ -16,7 +16,9 @@
  *    while the ring was full or the list not empty. A send goes to the
  *    ring only while the list is empty, so every message in the ring was
  *    posted before every one in the list, and the receiver, which looks
- *    at the ring first, keeps each (sender, tag) in order.
+ *    at the ring first, keeps each (sender, tag) in order. (It looks at
+ *    the ring again once it sees the list non-empty: the sender may have
+ *    filled the ring between its first look and the list's first entry.)
  * Only the receiver matches: its posted receives are its own (one FIFO
  * per sender, no lock), and it matches them in irecv (against ring
  * messages it already looked at), in test (of a pending receive) and in
@@ -502,15 +504,15 @@ static int drain_list(struct ctx *c, uint32_t p)
 	return n;
 }
 
-/* Match what p sent this rank (ring first, then list) against the
+/* Match the ring messages from p not looked at yet against the
  * receives posted from p; returns the number of receives completed. */
-static int drain(struct ctx *c, uint32_t p)
+static int scan_ring(struct ctx *c, uint32_t p)
 {
 	struct world *w = c->w;
 	struct peer *pp = &c->peer[p];
 	uint32_t mask = w->cap - 1;
 	struct ireq *r;
-	int n = 0, took = 0;
+	int took = 0;
 
 	for (;;) {
 		const struct slot *s = slot_of(w, p, c->rank, pp->rscan);
@@ -529,13 +531,31 @@ static int drain(struct ctx *c, uint32_t p)
 	}
 	if (took > 0)
 		advance_head(c, p);
+	return took;
+}
+
+/* Match what p sent this rank (ring first, then list) against the
+ * receives posted from p; returns the number of receives completed. */
+static int drain(struct ctx *c, uint32_t p)
+{
+	struct peer *pp = &c->peer[p];
+	int n = scan_ring(c, p);
+
+	/* The sender fills the ring while its list is empty and then adds
+	 * to the list, which keeps it off the ring until this rank empties
+	 * the list again. So once the list is seen non-empty, the ring is
+	 * looked at once more: a message that went in after the first look
+	 * but before the list's first entry is older than that entry. */
 	if (pp->posted.head != NULL &&
-	    atomic_load_explicit(&chan_of(w, p, c->rank)->nlist,
-				 memory_order_acquire) > 0)
-		n = drain_list(c, p);
+	    atomic_load_explicit(&chan_of(c->w, p, c->rank)->nlist,
+				 memory_order_acquire) > 0) {
+		n += scan_ring(c, p);
+		if (pp->posted.head != NULL)
+			n += drain_list(c, p);
+	}
 	if (pp->posted.head == NULL)
 		deactivate(c, p);
-	return n + took;
+	return n;
 }
 
 /* p left: match what it sent, fail the rest of its receives. */

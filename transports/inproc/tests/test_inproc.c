@@ -760,3 +760,105 @@ Test(inproc, concurrent_ranks_exchange_in_order)
 		dpl_transport_close(x[i].t);
 	}
 }
+
+/* One sender streams numbered messages on one tag, past the ring's room
+ * into the list and back, while the receiver posts its receives in
+ * batches of changing size: every receive gets the next number. A
+ * receiver that matched the list before ring messages that went in
+ * while it looked would get a later one. */
+#define STREAM_N 1000000
+#define STREAM_WINDOW 64
+
+struct streamarg {
+	dpl_transport *t;
+	long bad_at; /* first receive out of order, or -1 */
+	int rc;
+};
+
+static void *stream_send_main(void *arg)
+{
+	struct streamarg *x = arg;
+	void *req[STREAM_WINDOW];
+	uint64_t val[STREAM_WINDOW];
+	int i, k, rc, spins;
+
+	for (k = 0; k < STREAM_WINDOW; k++)
+		req[k] = req_quiet();
+	for (i = 0; i < STREAM_N && x->rc == 0; i++) {
+		k = i % STREAM_WINDOW;
+		if (i >= STREAM_WINDOW) {
+			for (spins = 0; (rc = O->test(CTX(x->t), req[k])) ==
+					DPL_EAGAIN && spins < 100000000;
+			     spins++)
+				O->progress(CTX(x->t));
+			if (rc != 0)
+				x->rc = rc == DPL_EAGAIN ? DPL_ETIMEDOUT : rc;
+		}
+		val[k] = (uint64_t)i;
+		rc = O->isend(CTX(x->t), req[k], 1, 9, &val[k], 8,
+			      DPL_MEM_HOST);
+		if (rc != 0 && x->rc == 0)
+			x->rc = rc;
+	}
+	for (k = 0; k < STREAM_WINDOW && k < i; k++) {
+		for (spins = 0; O->test(CTX(x->t), req[k]) == DPL_EAGAIN &&
+				spins < 100000000;
+		     spins++)
+			O->progress(CTX(x->t));
+	}
+	for (k = 0; k < STREAM_WINDOW; k++)
+		free(req[k]);
+	return NULL;
+}
+
+static void *stream_recv_main(void *arg)
+{
+	struct streamarg *x = arg;
+	void *req[48];
+	uint64_t val[48];
+	long i = 0;
+	int k, n, rc, spins, batch = 0;
+
+	for (k = 0; k < 48; k++)
+		req[k] = req_quiet();
+	while (i < STREAM_N && x->rc == 0) {
+		n = 1 + (batch++ * 7) % 48;
+		if (n > STREAM_N - i)
+			n = (int)(STREAM_N - i);
+		for (k = 0; k < n; k++)
+			O->irecv(CTX(x->t), req[k], 0, 9, &val[k], 8,
+				 DPL_MEM_HOST);
+		for (k = 0; k < n; k++, i++) {
+			for (spins = 0; (rc = O->test(CTX(x->t), req[k])) ==
+					DPL_EAGAIN && spins < 100000000;
+			     spins++)
+				O->progress(CTX(x->t));
+			if (rc != 0 && x->rc == 0)
+				x->rc = rc == DPL_EAGAIN ? DPL_ETIMEDOUT : rc;
+			if (val[k] != (uint64_t)i && x->bad_at < 0)
+				x->bad_at = i;
+		}
+	}
+	for (k = 0; k < 48; k++)
+		free(req[k]);
+	return NULL;
+}
+
+Test(inproc, a_stream_through_ring_and_list_stays_in_order, .timeout = 120)
+{
+	struct streamarg s = {.bad_at = -1}, r = {.bad_at = -1};
+	pthread_t ts, tr;
+
+	s.t = open_rank("stream", 0, 2);
+	r.t = open_rank("stream", 1, 2);
+	pthread_create(&tr, NULL, stream_recv_main, &r);
+	pthread_create(&ts, NULL, stream_send_main, &s);
+	pthread_join(ts, NULL);
+	pthread_join(tr, NULL);
+	cr_expect_eq(s.rc, 0, "sender: %s", dpl_err_name(s.rc));
+	cr_expect_eq(r.rc, 0, "receiver: %s", dpl_err_name(r.rc));
+	cr_expect_eq(r.bad_at, -1, "receive %ld got another message",
+		     r.bad_at);
+	dpl_transport_close(s.t);
+	dpl_transport_close(r.t);
+}
