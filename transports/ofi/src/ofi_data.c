@@ -351,6 +351,18 @@ static int op_error(struct ofi_ctx *c, struct ofi_op *op, int err)
 	return st;
 }
 
+/* A fabric operation with one peer completed in error. A generic I/O
+ * error there means the link to that peer broke (tcp;ofi_rxm reports a
+ * receive whose sender died mid-message as FI_EIO), and a message of the
+ * pair is lost either way: the peer counts as failed, and the caller
+ * hears DPL_EPEER naming it. */
+static int link_error(struct ofi_ctx *c, struct ofi_op *op, int err)
+{
+	if (dpl__ofi_err(err) == DPL_EIO)
+		err = FI_ECONNRESET;
+	return op_error(c, op, err);
+}
+
 static void doom(struct ofi_ctx *c, struct ofi_op *op, int which,
 		 uint64_t now)
 {
@@ -1131,7 +1143,7 @@ static void on_offer_rx(struct ofi_ctx *c, struct ofi_op *op, int err,
 	if (err != 0) {
 		if (op->state == OP_R_HDR)
 			(void)rq_take(c, op->peer, 0, op);
-		complete(c, op, op_error(c, op, err));
+		complete(c, op, link_error(c, op, err));
 		return;
 	}
 	/* Header and payload in one message: it takes its turn in the
@@ -1180,12 +1192,12 @@ static void on_op(struct ofi_ctx *c, struct ofi_op *op, int which, int err,
 	if (which == 0) {
 		switch (op->state) {
 		case OP_S_MSG:
-			complete(c, op, err != 0 ? op_error(c, op, err) : 0);
+			complete(c, op, err != 0 ? link_error(c, op, err) : 0);
 			break;
 		default:
 			/* The header of a request to send went out. */
 			if (err != 0)
-				complete(c, op, op_error(c, op, err));
+				complete(c, op, link_error(c, op, err));
 			break;
 		}
 		return;
@@ -1203,7 +1215,7 @@ static void on_op(struct ofi_ctx *c, struct ofi_op *op, int which, int err,
 		len -= sizeof op->rh;
 	}
 	if (err != 0)
-		complete(c, op, op_error(c, op, err));
+		complete(c, op, link_error(c, op, err));
 	else if (op->state == OP_R_BULK && (op->drain || len != op->len))
 		complete(c, op, DPL_ETRUNC);
 	else

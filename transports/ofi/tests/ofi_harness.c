@@ -398,6 +398,24 @@ const char *h_job_killed_one(const struct h_job *j, uint32_t victim,
 	return NULL;
 }
 
+const char *h_run_killing(const char *prov, uint32_t n, h_rank_fn fn,
+			  h_ctl_fn ctl, uint32_t victim, char *buf,
+			  size_t size)
+{
+	struct h_job j;
+	const char *msg;
+
+	memset(&j, 0, sizeof j);
+	j.provider = prov;
+	j.n = n;
+	j.fn = fn;
+	j.ctl = ctl;
+	h_job_run(&j);
+	msg = h_job_killed_one(&j, victim, buf, size);
+	h_job_free(&j);
+	return msg;
+}
+
 const char *h_job_report(const struct h_job *j, char *buf, size_t size)
 {
 	size_t k = 0;

@@ -109,19 +109,11 @@ static void kill_ctl(struct h_shared *sh, const pid_t *pids, uint32_t n,
 
 OFI_TEST(sigkill_with_bystander, 90)
 {
-	struct h_job j;
 	char buf[3000];
-	const char *msg;
+	const char *msg = h_run_killing(prov, 3, kill_victim, kill_ctl, 1, buf,
+					sizeof buf);
 
-	memset(&j, 0, sizeof j);
-	j.provider = prov;
-	j.n = 3;
-	j.fn = kill_victim;
-	j.ctl = kill_ctl;
-	h_job_run(&j);
-	msg = h_job_killed_one(&j, 1, buf, sizeof buf);
 	cr_assert_null(msg, "%s", msg);
-	h_job_free(&j);
 }
 
 /* A stopped rank keeps its sockets and its process: only the heartbeat

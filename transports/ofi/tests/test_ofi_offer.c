@@ -6,7 +6,8 @@
  * messages and requests to send mixed on one tag at varying timings; a
  * cancel after the offer left (the send used it before it heard of the
  * cancel, or did not); more large receives than a sender keeps offers
- * for; a receiver killed or closed while the sender holds its offer.
+ * for; a receiver killed or closed while the sender holds its offer; a
+ * sender killed with its offered messages not yet read.
  *
  * The transport's internal counters say whether a send went on an offer,
  * so each case checks that the path it is about was taken.
@@ -667,19 +668,96 @@ static void kill_ctl(struct h_shared *sh, const pid_t *pids, uint32_t n,
 
 OFI_TEST(killed_peer_with_offers_out, 90)
 {
-	struct h_job j;
 	char buf[4000];
-	const char *msg;
+	const char *msg = h_run_killing(prov, 3, killed_holder, kill_ctl, 1,
+					buf, sizeof buf);
 
-	memset(&j, 0, sizeof j);
-	j.provider = prov;
-	j.n = 3;
-	j.fn = killed_holder;
-	j.ctl = kill_ctl;
-	h_job_run(&j);
-	msg = h_job_killed_one(&j, 1, buf, sizeof buf);
 	cr_assert_null(msg, "%s", msg);
-	h_job_free(&j);
+}
+
+/* ---------------------------------------------------------------- */
+
+/* Rank 1 sends 8 messages on rank 0's offers and is killed before rank 0
+ * looks at them, then rank 0 takes them in: on shm the payload is still
+ * in the dead sender's memory. Each receive ends with the message intact
+ * or with DPL_EPEER (a peer's death, not an I/O error), and a ninth
+ * receive, which nothing was sent for, with DPL_EPEER within 2 s. */
+#define KS_N 8
+#define KS_LEN 4096 /* above shm's eager limit, as dpl train's activations */
+
+static int killed_sender(struct h_rank *r)
+{
+	uint8_t *a = malloc((KS_N + 1) * KS_LEN);
+	void *q[KS_N + 1];
+	uint64_t t0, dt;
+	uint32_t i;
+	int rc;
+
+	CHECK(r, a != NULL, "malloc");
+	for (i = 0; i <= KS_N; i++)
+		q[i] = h_req(r);
+	if (r->rank == 1) {
+		CHECK(r, h_wait_flag(r->sh, F_READY0, 1, 10000), "rank 0");
+		h_spin(r, 50); /* the offers are here */
+		for (i = 0; i < KS_N; i++) {
+			h_fill(a + i * KS_LEN, KS_LEN, i);
+			rc = r->o->isend(r->ctx, q[i], 0, 80 + i,
+					 a + i * KS_LEN, KS_LEN, DPL_MEM_HOST);
+			CHECK(r, rc == 0, "isend %u: %s", i, dpl_err_name(rc));
+		}
+		atomic_store(&r->sh->flag[F_READY1], 1);
+		for (;;)
+			h_spin(r, 100);
+	}
+	memset(a, 0, (KS_N + 1) * KS_LEN);
+	for (i = 0; i <= KS_N; i++) {
+		rc = r->o->irecv(r->ctx, q[i], 1, 80 + i, a + i * KS_LEN,
+				 KS_LEN, DPL_MEM_HOST);
+		CHECK(r, rc == 0, "irecv %u: %s", i, dpl_err_name(rc));
+	}
+	atomic_store(&r->sh->flag[F_READY0], 1);
+	/* No progress until rank 1 is gone. */
+	for (i = 0; i < 10000 && atomic_load(&r->sh->t[T_KILL]) == 0; i++)
+		usleep(1000);
+	t0 = atomic_load(&r->sh->t[T_KILL]);
+	CHECK(r, t0 != 0, "rank 1 was not killed");
+	usleep(20000);
+	for (i = 0; i <= KS_N; i++) {
+		rc = h_wait(r, q[i], 10000);
+		CHECK(r, rc == DPL_EPEER ||
+				 (rc == 0 && i < KS_N &&
+				  h_check(a + i * KS_LEN, KS_LEN, i) == SIZE_MAX),
+		      "receive %u from the killed sender: %s", i,
+		      dpl_err_name(rc));
+	}
+	dt = h_now_ns() - t0;
+	CHECK(r, dt < DETECT_NS + 20000000u, "noticed %.3f s after the kill",
+	      (double)dt / 1e9);
+	free(a);
+	for (i = 0; i <= KS_N; i++)
+		free(q[i]);
+	return 0;
+}
+
+static void kill_sender_ctl(struct h_shared *sh, const pid_t *pids,
+			    uint32_t n, const void *arg)
+{
+	(void)n;
+	(void)arg;
+	if (!h_wait_flag(sh, F_READY1, 1, 30000))
+		return;
+	kill(pids[1], SIGKILL);
+	usleep(10000);
+	atomic_store(&sh->t[T_KILL], h_now_ns());
+}
+
+OFI_TEST(killed_sender_with_messages_unread, 90)
+{
+	char buf[4000];
+	const char *msg = h_run_killing(prov, 2, killed_sender,
+					kill_sender_ctl, 1, buf, sizeof buf);
+
+	cr_assert_null(msg, "%s", msg);
 }
 
 /* ---------------------------------------------------------------- */
