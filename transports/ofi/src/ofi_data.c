@@ -45,6 +45,11 @@
 /* Rounds of progress a cancel of an offered receive spends waiting for
  * the fabric to confirm that its payload receive is gone. */
 #define CANCEL_ROUNDS 64
+/* A send being withdrawn (op->wd): WITHDRAW asked and not answered yet;
+ * answered "not found" (the message was matched, or is not at the
+ * receiver yet: asked again after WITHDRAW_RETRY_NS); taken back. */
+enum { WD_NONE, WD_ASKED, WD_RETRY, WD_GONE };
+#define WITHDRAW_RETRY_NS (1000u * 1000u)
 
 static void complete(struct ofi_ctx *c, struct ofi_op *op, int status);
 static void top_up(struct ofi_ctx *c, uint32_t p);
@@ -107,6 +112,7 @@ static struct ofi_op *slot_alloc(struct ofi_ctx *c)
 	op->offer_done = 0;
 	op->cts = 0;
 	op->drain = 0;
+	op->wd = WD_NONE;
 	op->offer_st = 0;
 	op->btag = 0;
 	op->doom = 0;
@@ -144,8 +150,19 @@ static bool offer_unsend(struct ofi_ctx *c, struct ofi_op *op)
 	return true;
 }
 
+/* Move op to withdrawal state v, keeping c->nwd (asking or about to). */
+static void wd_set(struct ofi_ctx *c, struct ofi_op *op, uint8_t v)
+{
+	bool was = op->wd == WD_ASKED || op->wd == WD_RETRY;
+	bool is = v == WD_ASKED || v == WD_RETRY;
+
+	c->nwd += (uint32_t)is - (uint32_t)was;
+	op->wd = v;
+}
+
 static void complete(struct ofi_ctx *c, struct ofi_op *op, int status)
 {
+	wd_set(c, op, WD_NONE);
 	if (op->req != NULL) {
 		/* An offer ending with its request: its payload receive
 		 * leaves the fabric (the completion of that is ignored). */
@@ -391,6 +408,13 @@ static void fail_ops(struct ofi_ctx *c, uint32_t p, uint64_t now,
 
 		if (op->state == OP_FREE || op->req == NULL || op->peer != p)
 			continue;
+		if (what != FAIL_RECV && op->send && op->state == OP_S_BULK &&
+		    op->busy == 0) {
+			/* A message on an offer, asked back; the fabric let
+			 * go of it and the answer will not come: it went. */
+			complete(c, op, 0);
+			continue;
+		}
 		switch (op->state) {
 		case OP_R_HDR:
 			if (what != FAIL_STALLED &&
@@ -1185,6 +1209,18 @@ static void on_op(struct ofi_ctx *c, struct ofi_op *op, int which, int err,
 		on_offer_rx(c, op, err, len);
 		return;
 	}
+	if (which == 1 && err == 0 && op->state == OP_R_BULK && obulk(op)) {
+		/* The header in front: its credits count now (its sequence
+		 * number did when the USED answer came). */
+		if (len < sizeof op->rh) {
+			complete(c, op, DPL_EIO);
+			return;
+		}
+		c->peer[op->peer].credits += op->rh.h.credit;
+		if (op->rh.offer.valid)
+			offer_keep(c, op->peer, &op->rh.offer);
+		len -= sizeof op->rh;
+	}
 	if (op->req == NULL) {
 		release_if_idle(c, op);
 		return;
@@ -1202,17 +1238,14 @@ static void on_op(struct ofi_ctx *c, struct ofi_op *op, int which, int err,
 		}
 		return;
 	}
-	if (err == 0 && op->state == OP_R_BULK && obulk(op)) {
-		/* The header in front: its credits count now (its sequence
-		 * number did when the USED answer came). */
-		if (len < sizeof op->rh) {
-			complete(c, op, DPL_EIO);
-			return;
-		}
-		c->peer[op->peer].credits += op->rh.h.credit;
-		if (op->rh.offer.valid)
-			offer_keep(c, op->peer, &op->rh.offer);
-		len -= sizeof op->rh;
+	if (err == 0 && op->send && obulk(op) && op->wd != WD_NONE) {
+		/* A message on an offer that its sender asked back: taken
+		 * back (the receiver drained it), or the answer decides. */
+		if (op->wd == WD_GONE)
+			complete(c, op, DPL_ECANCELED);
+		else if (op->wd == WD_RETRY)
+			complete(c, op, 0);
+		return;
 	}
 	if (err != 0)
 		complete(c, op, link_error(c, op, err));
@@ -1366,6 +1399,122 @@ static void used_retry(struct ofi_ctx *c)
 	}
 }
 
+/* ---- withdrawing a send --------------------------------------------- */
+
+/* Ask the receiver to take op's message back (see dpl__ofi_cancel). */
+static void withdraw_ask(struct ofi_ctx *c, struct ofi_op *op)
+{
+	wd_set(c, op, WD_ASKED);
+	ctrl_send_full(c, op->peer, OFI_CTRL_WITHDRAW, op->w.cookie, 0,
+		       cookie_of(c, op), 0);
+}
+
+/* Take the message of peer p on a withdrawn offer (request to send w)
+ * out of the fabric into the scratch area, with no request. Returns
+ * false when no slot is free now. */
+static bool drain_offered(struct ofi_ctx *c, uint32_t p,
+			  const struct ofi_rts *w)
+{
+	struct ofi_op *op = slot_alloc(c);
+
+	if (op == NULL)
+		return false;
+	op->send = 0;
+	op->peer = p;
+	op->tag = w->h.tag & ~OFI_MH_RTS;
+	op->buf = NULL;
+	op->len = 0;
+	op->w = *w;
+	op->btag = OFI_TAG_OBULK | (w->cookie & TAG_LOW);
+	op->drain = 1;
+	op->state = OP_R_BULK_WAIT;
+	post_bulk_recv(c, op);
+	return true;
+}
+
+/* A WITHDRAW of peer m->src: its request to send (or its message on an
+ * offer whose receive was cancelled) is dropped when it still waits here
+ * unmatched; the answer says whether it was. The sequence number it took
+ * stays taken, and neither side counts it as a message for the BYE. */
+static void withdraw_arrive(struct ofi_ctx *c, const struct ofi_ctrl *m)
+{
+	struct ofi_fifo *f = &c->peer[m->src].ux;
+	uint32_t i = f->head, prev = 0;
+	uint64_t found = 0;
+
+	while (i != 0) {
+		struct ofi_bounce *b = &c->bounce[i - 1];
+		const struct ofi_rts *w = (const struct ofi_rts *)bhdr(c, b);
+
+		if ((w->h.tag & OFI_MH_RTS) && b->len >= sizeof *w &&
+		    w->cookie == m->cookie) {
+			if (!(w->cookie & OFI_RTS_OFFER) ||
+			    drain_offered(c, m->src, w)) {
+				fifo_unlink(c, f, bounce_next, prev, i);
+				bounce_free(c, b);
+				feed_starved(c);
+				found = 1;
+			}
+			break;
+		}
+		prev = i;
+		i = b->next;
+	}
+	ctrl_send_full(c, m->src, OFI_CTRL_WITHDRAWN, m->cookie, found,
+		       m->tag, 0);
+}
+
+/* The answer to a WITHDRAW of ours (m->tag is the send's cookie). */
+static void withdrawn_arrive(struct ofi_ctx *c, const struct ofi_ctrl *m)
+{
+	uint64_t idx = m->tag & SLOT_MASK;
+	struct ofi_op *op;
+	bool offered;
+
+	if (idx >= c->nop)
+		return;
+	op = &c->op[idx];
+	if (op->gen != (uint32_t)(m->tag >> OFI_SLOT_BITS) ||
+	    op->req == NULL || !op->send || op->peer != m->src ||
+	    op->wd != WD_ASKED)
+		return;
+	offered = op->state == OP_S_BULK && obulk(op);
+	if (m->len != 0) {
+		/* Taken back. A message on an offer ends once the fabric
+		 * let go of the caller's buffer (the receiver drains it). */
+		wd_set(c, op, WD_GONE);
+		if (op->state == OP_S_RTS || op->busy == 0)
+			complete(c, op, DPL_ECANCELED);
+		return;
+	}
+	if (offered && op->busy == 0) {
+		/* The fabric is done and nothing took it back: delivered. */
+		complete(c, op, 0);
+		return;
+	}
+	if (op->state == OP_S_RTS || offered) {
+		wd_set(c, op, WD_RETRY);
+		op->wd_at = dpl__ofi_now();
+	} else {
+		wd_set(c, op, WD_NONE); /* matched: it completes normally */
+	}
+}
+
+/* Ask again for sends whose message was not at the receiver yet. */
+static void withdraw_retry(struct ofi_ctx *c)
+{
+	uint64_t now = dpl__ofi_now();
+	uint32_t i;
+
+	for (i = 0; i < c->nop && c->nwd != 0; i++) {
+		struct ofi_op *op = &c->op[i];
+
+		if (op->wd == WD_RETRY && op->req != NULL &&
+		    now - op->wd_at >= WITHDRAW_RETRY_NS)
+			withdraw_ask(c, op);
+	}
+}
+
 static void on_ctrl(struct ofi_ctx *c, struct ofi_ctrl_slot *s, int err)
 {
 	struct ofi_ctrl m = s->m;
@@ -1395,6 +1544,14 @@ static void on_ctrl(struct ofi_ctx *c, struct ofi_ctrl_slot *s, int err)
 		offer_retract(c, &m);
 		return;
 	}
+	if (m.type == OFI_CTRL_WITHDRAW) {
+		withdraw_arrive(c, &m);
+		return;
+	}
+	if (m.type == OFI_CTRL_WITHDRAWN) {
+		withdrawn_arrive(c, &m);
+		return;
+	}
 	if (m.type == OFI_CTRL_RETRACTED || m.type == OFI_CTRL_USED) {
 		if (c->peer[m.src].offers_out > 0)
 			c->peer[m.src].offers_out--;
@@ -1409,8 +1566,11 @@ static void on_ctrl(struct ofi_ctx *c, struct ofi_ctrl_slot *s, int err)
 	if (op->gen != (uint32_t)(m.cookie >> OFI_SLOT_BITS) ||
 	    op->req == NULL || op->peer != m.src || op->state != OP_S_RTS)
 		return;
-	if (m.type == OFI_CTRL_CTS)
+	if (m.type == OFI_CTRL_CTS) {
+		if (op->wd == WD_RETRY)
+			wd_set(c, op, WD_NONE); /* matched after all */
 		post_bulk_send(c, op);
+	}
 	else if (m.type == OFI_CTRL_NACK)
 		complete(c, op, DPL_ETRUNC);
 }
@@ -1514,6 +1674,8 @@ static int progress_once(struct ofi_ctx *c)
 		offer_flush_all(c);
 	if (c->nused != 0)
 		used_retry(c);
+	if (c->nwd != 0)
+		withdraw_retry(c);
 	if (c->out_len != 0)
 		ctrl_flush(c);
 	if (c->wait.head != 0)
@@ -1833,6 +1995,18 @@ int dpl__ofi_cancel(struct ofi_ctx *c, struct ofi_req *r)
 		return dpl_set_error(DPL_EINVAL,
 				     "ofi: cancel of a request that is "
 				     "not pending");
+	/* A send whose message waits for the receiver (a request to send,
+	 * or a message on an offer whose receive was cancelled) is asked
+	 * back: it ends DPL_ECANCELED when the receiver had not matched it
+	 * yet, else normally. Other sends complete on their own. */
+	if (op->send) {
+		if (op->wd == WD_NONE && !c->peer[op->peer].dead &&
+		    !c->peer[op->peer].closing &&
+		    (op->state == OP_S_RTS ||
+		     (op->state == OP_S_BULK && obulk(op))))
+			withdraw_ask(c, op);
+		return 0;
+	}
 	/* Only a receive not matched yet can end early; anything further
 	 * along completes normally. */
 	if (op->state != OP_R_HDR || op->cancelling)

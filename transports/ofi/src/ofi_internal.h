@@ -107,6 +107,9 @@
 #define OFI_CTRL_RETRACT 5u
 #define OFI_CTRL_RETRACTED 6u
 #define OFI_CTRL_USED 7u
+#define OFI_CTRL_WITHDRAW 8u   /* a sender asks to take back a message */
+#define OFI_CTRL_WITHDRAWN 9u  /* the answer: len 1 taken back, 0 not
+				  found (matched, or not here yet) */
 
 #define OFI_MH_RTS (UINT64_C(1) << 63) /* header tag bit: request to send */
 #define OFI_RTS_OFFER (UINT64_C(1) << 63) /* cookie bit: payload sent on
@@ -249,6 +252,7 @@ struct ofi_op {
 	size_t len;
 	uint64_t tag;     /* the caller's tag */
 	uint64_t doom_at; /* when peer failure cancelled it (ns) */
+	uint64_t wd_at;   /* when the last WITHDRAW was not found (ns) */
 	uint64_t btag;    /* fabric tag of the bulk send or receive */
 	struct ofi_mrref mr;
 	uint32_t peer;
@@ -267,6 +271,7 @@ struct ofi_op {
 			       waits for its turn in the sequence */
 	uint8_t cts;      /* receive: its bulk receive answers with a CTS */
 	uint8_t drain;    /* receive: bulk drains into the scratch area */
+	uint8_t wd;       /* send being withdrawn: enum in ofi_data.c */
 	int offer_st;     /* result of fc[2] once offer_done */
 	int doom;         /* result forced at completion, 0 = none */
 };
@@ -382,6 +387,7 @@ struct ofi_ctx {
 	struct ofi_offer *offers; /* [n * OFI_OFFERS] */
 	uint32_t npend;       /* peers with pend_set */
 	uint32_t nused;       /* USED answers waiting, all peers */
+	uint32_t nwd;         /* sends asking or about to ask WITHDRAW */
 	uint64_t offers_posted; /* receives offered (for the tests) */
 	uint64_t offers_used;   /* sends that used an offer */
 	uint64_t offers_single; /* offered receives filled by one message */

@@ -504,6 +504,115 @@ OFI_TEST(cancel_after_offer_left, 60)
 
 /* ---------------------------------------------------------------- */
 
+enum { F_WD_DONE = 20 };
+
+/* Rank 0 cancels sends whose message waits at rank 1 unmatched, while
+ * rank 1 only progresses: they end DPL_ECANCELED, and the next receive
+ * of the tag gets the message sent after them. Round 0: a message on an
+ * offer whose receive rank 1 cancelled before it landed. Round 1: a
+ * request to send, nothing posted for it. Round 2: rank 1's receive is
+ * posted when the cancel comes: the send completes normally and the
+ * message arrives. */
+static int withdrawn(struct h_rank *r)
+{
+	uint8_t *a = malloc(BIG), *g = malloc(BIG);
+	void *q = h_req(r);
+	int rc, k, i;
+
+	CHECK(r, a != NULL && g != NULL, "malloc");
+	for (k = 0; k < 3; k++) {
+		uint64_t tag = 60 + (uint64_t)k;
+
+		if (r->rank == 1) {
+			if (k == 0) {
+				/* as in cancel_offered: the offer leaves,
+				 * then the receive is cancelled */
+				rc = r->o->irecv(r->ctx, q, 0, tag, g, BIG,
+						 DPL_MEM_HOST);
+				CHECK(r, rc == 0, "irecv: %s",
+				      dpl_err_name(rc));
+				h_spin(r, 20);
+				atomic_store(&r->sh->flag[F_POSTED], k + 1);
+				CHECK(r, h_wait_flag(r->sh, F_STORED, k + 1,
+						     10000), "rank 0");
+				rc = r->o->cancel(r->ctx, q);
+				CHECK(r, rc == 0 && h_wait(r, q, 10000) ==
+							    DPL_ECANCELED,
+				      "cancelled offered receive");
+				atomic_store(&r->sh->flag[F_CANCELLED], k + 1);
+			}
+			if (k == 2) {
+				memset(a, 0, BIG);
+				rc = r->o->irecv(r->ctx, q, 0, tag, a, BIG,
+						 DPL_MEM_HOST);
+				CHECK(r, rc == 0, "irecv: %s",
+				      dpl_err_name(rc));
+				atomic_store(&r->sh->flag[F_POSTED], k + 1);
+				rc = h_wait(r, q, 10000);
+				CHECK(r, rc == 0 && h_check(a, BIG, 70) ==
+							    SIZE_MAX,
+				      "round 2: receive: %s",
+				      dpl_err_name(rc));
+			}
+			/* Progress only, until rank 0's send ended. */
+			for (i = 0; i < 10000 &&
+				    !h_wait_flag(r->sh, F_WD_DONE, k + 1, 0);
+			     i++)
+				h_spin(r, 1);
+			CHECK(r, i < 10000, "round %d: rank 0's send did "
+			      "not end", k);
+			rc = h_recv(r, 0, tag, a, 64);
+			CHECK(r, rc == 0 && h_check(a, 64, 80 + (uint32_t)k) ==
+						    SIZE_MAX,
+			      "round %d: the message after the cancelled one: "
+			      "%s", k, dpl_err_name(rc));
+			continue;
+		}
+		if (k == 0) {
+			CHECK(r, h_wait_flag(r->sh, F_POSTED, k + 1, 10000),
+			      "rank 1");
+			h_spin(r, 20); /* the offer is here */
+			atomic_store(&r->sh->flag[F_STORED], k + 1);
+			CHECK(r, h_wait_flag(r->sh, F_CANCELLED, k + 1, 10000),
+			      "rank 1");
+		}
+		if (k == 2)
+			CHECK(r, h_wait_flag(r->sh, F_POSTED, k + 1, 10000),
+			      "rank 1");
+		h_fill(a, BIG, 70);
+		rc = r->o->isend(r->ctx, q, 1, tag, a, BIG, DPL_MEM_HOST);
+		CHECK(r, rc == 0, "isend: %s", dpl_err_name(rc));
+		if (k == 0)
+			CHECK(r, counts_of(r).used == 1, "round 0: the send "
+			      "did not go on the offer");
+		if (k != 2)
+			h_spin(r, 20); /* at rank 1; the retraction here */
+		rc = r->o->cancel(r->ctx, q);
+		/* In round 2 the send may be done already. */
+		CHECK(r, rc == 0 || (k == 2 && rc == DPL_EINVAL), "cancel: %s",
+		      dpl_err_name(rc));
+		rc = h_wait(r, q, 10000);
+		CHECK(r, rc == (k == 2 ? 0 : DPL_ECANCELED),
+		      "round %d: cancelled send: %s", k, dpl_err_name(rc));
+		atomic_store(&r->sh->flag[F_WD_DONE], k + 1);
+		h_fill(a, 64, 80 + (uint32_t)k);
+		rc = h_send(r, 1, tag, a, 64);
+		CHECK(r, rc == 0, "round %d: next send: %s", k,
+		      dpl_err_name(rc));
+	}
+	free(a);
+	free(g);
+	free(q);
+	return 0;
+}
+
+OFI_TEST(cancelled_send_waiting_at_the_receiver_is_withdrawn, 60)
+{
+	run(prov, 2, withdrawn);
+}
+
+/* ---------------------------------------------------------------- */
+
 #define NBEYOND (3 * OFI_OFFERS + 5)
 
 /* More large receives (distinct tags) than a sender keeps offers for:
