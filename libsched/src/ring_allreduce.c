@@ -145,27 +145,38 @@ int dpl__ring_poll(struct dpl__ring *r)
 	return 0;
 }
 
-/* Collect one request: cancel it, then test until it completes. */
-static void collect(struct dpl__ring *r, void *req, uint64_t deadline_ns)
+/* Test a cancelled request until it completes or the deadline passes;
+ * true when it completed. */
+static bool collect(struct dpl__ring *r, void *req, uint64_t deadline_ns)
 {
 	const struct dpl_transport_ops *o = r->t->ops;
 
-	o->cancel(r->t->ctx, req);
-	while (o->test(r->t->ctx, req) == DPL_EAGAIN) {
+	while (o->test(r->t->ctx, req) == DPL_EAGAIN)
 		if (o->progress(r->t->ctx) < 0 || dpl__now_ns() > deadline_ns)
-			return;
-	}
+			return false;
+	return true;
 }
 
-void dpl__ring_cancel(struct dpl__ring *r, uint64_t deadline_ns)
+bool dpl__ring_cancel(struct dpl__ring *r, uint64_t deadline_ns)
 {
-	if (r->send_posted && !r->send_done) {
-		collect(r, r->sreq, deadline_ns);
+	bool send = r->send_posted && !r->send_done;
+	bool recv = r->recv_posted && !r->recv_done;
+	bool ok = true;
+
+	if (send)
+		r->t->ops->cancel(r->t->ctx, r->sreq);
+	if (recv)
+		r->t->ops->cancel(r->t->ctx, r->rreq);
+	/* Either way neither is waited for again; one the transport kept
+	 * makes the caller leak the ring's memory. */
+	if (send) {
+		ok &= collect(r, r->sreq, deadline_ns);
 		r->send_done = true;
 	}
-	if (r->recv_posted && !r->recv_done) {
-		collect(r, r->rreq, deadline_ns);
+	if (recv) {
+		ok &= collect(r, r->rreq, deadline_ns);
 		r->recv_done = true;
 	}
 	r->active = false;
+	return ok;
 }

@@ -626,7 +626,6 @@ bool dpl__runner_collect(dpl_runner *r, struct dpl__rreq *q,
 
 	if (!q->live)
 		return true;
-	o->cancel(r->t->ctx, q->req);
 	for (;;) {
 		if (o->test(r->t->ctx, q->req) != DPL_EAGAIN) {
 			q->live = false;
@@ -637,45 +636,78 @@ bool dpl__runner_collect(dpl_runner *r, struct dpl__rreq *q,
 	}
 }
 
-/* Collect a request; a request the transport keeps makes the runner
- * leak its memory rather than free what the transport still uses. */
+static void cancel_rreq(dpl_runner *r, struct dpl__rreq *q)
+{
+	if (q->live)
+		r->t->ops->cancel(r->t->ctx, q->req);
+}
+
+/* Collect a cancelled request. One the transport keeps past the
+ * deadline is given up: the runner leaks its memory rather than free
+ * what the transport still uses, and does not wait for it again. */
 static void collect_into(dpl_runner *r, struct dpl__rreq *q,
 			 uint64_t deadline)
 {
-	if (!dpl__runner_collect(r, q, deadline))
+	if (!dpl__runner_collect(r, q, deadline)) {
+		q->live = false;
 		r->leak = true;
+	}
 }
 
-void dpl__runner_cancel_all(dpl_runner *r)
+/* Cancel (pass 0) or collect (pass 1) every data request of the slots:
+ * all are cancelled before any is waited for, so requests that need a
+ * peer to act on the cancel all get there at once. */
+static void slots_pass(dpl_runner *r, int pass, uint64_t deadline)
 {
-	uint64_t deadline;
 	uint32_t i, j, k;
 
-	if (r->t == NULL || r->rreqs == NULL)
-		return;
-	deadline = dpl__now_ns() + r->timeout_ns;
 	for (i = 0; i < r->nls; i++) {
 		struct dpl__lstage *ls = &r->ls[i];
 
 		for (j = 0; j < ls->nslots; j++) {
 			struct dpl__slot *sl = &ls->slots[j];
+			struct dpl__rreq *q[4];
+			uint32_t n, m;
 
-			for (k = 0; ls->prev_remote && k < ls->prev_r; k++) {
-				collect_into(r, &sl->rf[k], deadline);
-				collect_into(r, &sl->sb[k], deadline);
-			}
-			for (k = 0; ls->next_remote && k < ls->next_r; k++) {
-				collect_into(r, &sl->rb[k], deadline);
-				collect_into(r, &sl->sf[k], deadline);
+			for (k = 0; k < ls->prev_r || k < ls->next_r; k++) {
+				n = 0;
+				if (ls->prev_remote && k < ls->prev_r) {
+					q[n++] = &sl->rf[k];
+					q[n++] = &sl->sb[k];
+				}
+				if (ls->next_remote && k < ls->next_r) {
+					q[n++] = &sl->rb[k];
+					q[n++] = &sl->sf[k];
+				}
+				for (m = 0; m < n; m++) {
+					if (pass == 0)
+						cancel_rreq(r, q[m]);
+					else
+						collect_into(r, q[m], deadline);
+				}
 			}
 		}
-		if (ls->ring.n > 1) {
-			dpl__ring_cancel(&ls->ring, deadline);
-			r->leak |= (ls->ring.send_posted &&
-				    !ls->ring.send_done) ||
-				   (ls->ring.recv_posted &&
-				    !ls->ring.recv_done);
-		}
+	}
+}
+
+void dpl__runner_cancel_all(dpl_runner *r)
+{
+	uint64_t deadline;
+	uint32_t i;
+
+	if (r->t == NULL || r->rreqs == NULL)
+		return;
+	deadline = dpl__now_ns() + r->timeout_ns;
+	slots_pass(r, 0, deadline);
+	for (i = 0; i < r->nls; i++)
+		if (r->ls[i].ar_live)
+			r->t->ops->cancel(r->t->ctx, r->ls[i].ar_req);
+	slots_pass(r, 1, deadline);
+	for (i = 0; i < r->nls; i++) {
+		struct dpl__lstage *ls = &r->ls[i];
+
+		if (ls->ring.n > 1 && !dpl__ring_cancel(&ls->ring, deadline))
+			r->leak = true;
 		if (ls->ar_live) {
 			struct dpl__rreq q = {ls->ar_req, 0, true};
 
@@ -696,6 +728,10 @@ void dpl_runner_destroy(dpl_runner *r)
 	if (r->ctrl_r != NULL) {
 		uint64_t deadline = dpl__now_ns() + r->timeout_ns;
 
+		for (q = 0; q < r->world; q++) {
+			cancel_rreq(r, &r->ctrl_s[q]);
+			cancel_rreq(r, &r->ctrl_r[q]);
+		}
 		for (q = 0; q < r->world; q++) {
 			collect_into(r, &r->ctrl_s[q], deadline);
 			collect_into(r, &r->ctrl_r[q], deadline);

@@ -109,8 +109,9 @@ int dpl__ring_start(struct dpl__ring *r, uint64_t iter);
 int dpl__ring_poll(struct dpl__ring *r);
 
 /* Cancel live requests and collect them, waiting at most until
- * `deadline_ns`. */
-void dpl__ring_cancel(struct dpl__ring *r, uint64_t deadline_ns);
+ * `deadline_ns`; false when the transport kept one (its memory must not
+ * be freed). Neither is waited for again. */
+bool dpl__ring_cancel(struct dpl__ring *r, uint64_t deadline_ns);
 
 /* ---- The runner ---- */
 
@@ -238,11 +239,12 @@ struct dpl_runner {
 /* Every slot of a stage free, for the next step (runner.c). */
 void dpl__runner_reset_stage(struct dpl__lstage *ls, uint32_t nmb);
 
-/* Cancel and collect every data request, at most the timeout long;
- * sets r->leak for requests the transport kept (runner.c). */
+/* Cancel every data request, then collect them, at most the timeout
+ * long; sets r->leak for requests the transport kept, which are not
+ * waited for again (runner.c). */
 void dpl__runner_cancel_all(dpl_runner *r);
 
-/* Cancel a request and collect it by `deadline`; false when the
+/* Collect a request (cancelled or not) by `deadline`; false when the
  * transport still holds it (runner.c). */
 bool dpl__runner_collect(dpl_runner *r, struct dpl__rreq *q,
 			 uint64_t deadline);

@@ -421,3 +421,142 @@ Test(runner_create, async_devices_are_waited_for_after_each_callback)
 	dpl_device_close(d);
 	dpl_schedule_destroy(s);
 }
+
+/* A transport whose requests end only when cancelled, one progress call
+ * later (as when the peer has to answer the cancel); it logs cancels
+ * and tests in order. */
+#define LOG_MAX 4096
+static char rec_log[LOG_MAX]; /* 'c' cancel, 't' test of a cancelled
+				 request still pending */
+static int rec_n;
+
+struct rec_req {
+	int status;
+	int cancelled; /* 1: asked, 2: ends at the next progress */
+};
+
+static struct rec_req *rec_live[256];
+static int rec_nlive;
+
+static int rec_post(void *ctx, void *req)
+{
+	struct rec_req *q = req;
+
+	q->status = DPL_EAGAIN;
+	q->cancelled = 0;
+	if (rec_nlive < 256)
+		rec_live[rec_nlive++] = q;
+	return 0;
+}
+static int rec_send(void *ctx, void *req, uint32_t peer, uint64_t tag,
+		    const void *buf, size_t len, uint32_t mem)
+{
+	return rec_post(ctx, req);
+}
+static int rec_recv(void *ctx, void *req, uint32_t peer, uint64_t tag,
+		    void *buf, size_t len, uint32_t mem)
+{
+	return rec_post(ctx, req);
+}
+static int rec_test(void *ctx, void *req)
+{
+	struct rec_req *q = req;
+
+	if (q->cancelled && q->status == DPL_EAGAIN && rec_n < LOG_MAX)
+		rec_log[rec_n++] = 't';
+	return q->status;
+}
+static int rec_cancel(void *ctx, void *req)
+{
+	struct rec_req *q = req;
+
+	if (q->status != DPL_EAGAIN)
+		return DPL_EINVAL;
+	if (rec_n < LOG_MAX)
+		rec_log[rec_n++] = 'c';
+	if (!q->cancelled)
+		q->cancelled = 1;
+	return 0;
+}
+static int rec_progress(void *ctx)
+{
+	int i, n = 0;
+
+	for (i = 0; i < rec_nlive; i++) {
+		struct rec_req *q = rec_live[i];
+
+		if (q->status != DPL_EAGAIN)
+			continue;
+		if (q->cancelled == 2) {
+			q->status = DPL_ECANCELED;
+			n++;
+		} else if (q->cancelled == 1) {
+			q->cancelled = 2;
+		}
+	}
+	return n;
+}
+
+static struct dpl_transport_ops rec = {
+	.abi_version = DPL_TRANSPORT_ABI_VERSION,
+	.size = sizeof(struct dpl_transport_ops),
+	.name = "rec",
+	.ctx_size = 16,
+	.req_size = sizeof(struct rec_req),
+	.init = nop_init,
+	.fini = nop_fini,
+	.isend = rec_send,
+	.irecv = rec_recv,
+	.test = rec_test,
+	.progress = rec_progress,
+	.cancel = rec_cancel,
+};
+
+/* Rank 0 of two stages times out waiting for rank 1 with sends and
+ * receives pending: every one of them is cancelled before the runner
+ * waits for any (a peer that must answer each cancel would otherwise be
+ * asked one at a time), each is cancelled once, and all come back. */
+Test(runner_fail, cancels_every_request_before_waiting_for_one)
+{
+	dpl_schedule *s = lowered(DPL_POLICY_1F1B, 2, 4);
+	struct dpl_transport_params tp = {0};
+	struct dpl_runner_params p = {0};
+	dpl_transport *t = NULL;
+	dpl_runner *r = NULL;
+	int i, ncancel = 0, first_t = -1, last_c = -1, pending = 0;
+
+	tp.rank = 0;
+	tp.world_size = 2;
+	cr_assert_eq(dpl_transport_open(&rec, &tp, &t), 0, "%s",
+		     dpl_last_error());
+	p.schedule = s;
+	p.batch = 4;
+	p.stage_ops = &ops;
+	p.transport = t;
+	p.timeout_ms = 50;
+	cr_assert_eq(dpl_runner_create(&p, &r), 0, "%s", dpl_last_error());
+	rec_n = 0;
+	cr_assert_eq(dpl_runner_step(r), DPL_ETIMEDOUT, "%s",
+		     dpl_last_error());
+	for (i = 0; i < rec_n; i++) {
+		if (rec_log[i] == 'c') {
+			ncancel++;
+			last_c = i;
+		} else if (first_t < 0) {
+			first_t = i;
+		}
+	}
+	cr_assert_geq(ncancel, 2, "only %d requests cancelled", ncancel);
+	cr_assert(first_t < 0 || first_t > last_c,
+		  "a cancelled request was waited for (log position %d) "
+		  "before the last cancel (%d): %.*s", first_t, last_c, rec_n,
+		  rec_log);
+	for (i = 0; i < rec_nlive; i++)
+		pending += rec_live[i]->status == DPL_EAGAIN &&
+			   rec_live[i]->cancelled != 0;
+	cr_assert_eq(pending, 0, "%d cancelled requests never collected",
+		     pending);
+	dpl_runner_destroy(r);
+	dpl_transport_close(t);
+	dpl_schedule_destroy(s);
+}

@@ -205,8 +205,11 @@ DPL_EXTERN int dpl_runner_step(dpl_runner *r);
 
 /*
  * dpl_runner_destroy - cancel what is pending, free every buffer; NULL
- * is a no-op. Does not close the transport or the device. Waits at most
- * the timeout for cancelled requests to come back.
+ * is a no-op. Does not close the transport or the device. Cancels every
+ * pending request first, then waits at most the timeout for them to come
+ * back. A request the transport still holds then (or held when a failed
+ * step gave up on it) keeps its buffers allocated: they are not freed
+ * while the transport may use them.
  */
 DPL_EXTERN void dpl_runner_destroy(dpl_runner *r);
 
