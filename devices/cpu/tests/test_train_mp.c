@@ -424,7 +424,7 @@ static bool busy(pid_t pid, unsigned long ticks)
 	return ut + st >= ticks;
 }
 
-static void sigkill(const char *transport)
+static void sigkill(const char *transport, const char *const *env)
 {
 	char args[256], line[1024];
 	struct timespec tick = {0, 20000000};
@@ -436,7 +436,7 @@ static void sigkill(const char *transport)
 	snprintf(args, sizeof args, "train --nprocs 4 --transport %s "
 		 "--iterations 1000000 --timeout %d --pid-dir %%P", transport,
 		 timeout_for(transport));
-	start(&r, args, NULL);
+	start(&r, args, env);
 	/* Mid-training: every rank started and rank 1 has computed. */
 	end = now_s() + 20;
 	while ((read_pids(&r, pids, 4) < 4 || !busy(pids[1], 20)) &&
@@ -470,7 +470,7 @@ static void sigkill(const char *transport)
 
 Test(train_mp, sigkill_shm_stops_every_rank, .timeout = 120)
 {
-	sigkill("shm");
+	sigkill("shm", NULL);
 }
 
 Test(train_mp, sigkill_ucx_stops_every_rank, .timeout = 120)
@@ -478,7 +478,7 @@ Test(train_mp, sigkill_ucx_stops_every_rank, .timeout = 120)
 #if !defined(DPL_TEST_HAVE_UCX)
 	cr_skip_test("dpl was built without the UCX transport");
 #endif
-	sigkill("ucx");
+	sigkill("ucx", NULL);
 }
 
 Test(train_mp, sigkill_ofi_stops_every_rank, .timeout = 120)
@@ -486,7 +486,15 @@ Test(train_mp, sigkill_ofi_stops_every_rank, .timeout = 120)
 #if !defined(DPL_TEST_HAVE_OFI)
 	cr_skip_test("dpl was built without the libfabric transport");
 #endif
-	sigkill("ofi");
+	/* Over tcp;ofi_rxm. libfabric 1.17's shm provider guards each
+	 * receiver's queue with a process-shared spin lock that every
+	 * sender takes: a SIGKILL that lands while the victim holds a
+	 * peer's lock (about one kill in 50 here) leaves that peer and
+	 * everyone sending to it spinning inside the provider, beyond what
+	 * dpl can bound (transports/ofi/README.md). */
+	static const char *const env[] = {"FI_PROVIDER=tcp;ofi_rxm", NULL};
+
+	sigkill("ofi", env);
 }
 
 /* A port p on 127.0.0.1 with p + 1 free too (dpl listens on
