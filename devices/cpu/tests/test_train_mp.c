@@ -443,7 +443,14 @@ static void sigkill(const char *transport, const char *const *env)
 	       now_s() < end)
 		nanosleep(&tick, NULL);
 	cr_assert_eq(read_pids(&r, pids, 4), 4, "ranks did not start");
-	cr_assert(busy(pids[1], 20), "rank 1 did not start training");
+	if (!busy(pids[1], 20)) {
+		char path[128], *err;
+
+		snprintf(path, sizeof path, "%s/err", r.dir);
+		err = slurp(path);
+		cr_assert_fail("rank 1 did not start training within 20 s:\n%s",
+			       err ? err : "");
+	}
 	cr_assert_eq(kill(pids[1], SIGKILL), 0);
 	finish(&r, timeout_for(transport) + 1 + HANG_S);
 	cr_assert_eq(r.status, 1, "exit %d:\n%s", r.status, r.err);
