@@ -145,18 +145,6 @@ int dpl__ring_poll(struct dpl__ring *r)
 	return 0;
 }
 
-/* Test a cancelled request until it completes or the deadline passes;
- * true when it completed. */
-static bool collect(struct dpl__ring *r, void *req, uint64_t deadline_ns)
-{
-	const struct dpl_transport_ops *o = r->t->ops;
-
-	while (o->test(r->t->ctx, req) == DPL_EAGAIN)
-		if (o->progress(r->t->ctx) < 0 || dpl__now_ns() > deadline_ns)
-			return false;
-	return true;
-}
-
 bool dpl__ring_cancel(struct dpl__ring *r, uint64_t deadline_ns)
 {
 	bool send = r->send_posted && !r->send_done;
@@ -170,11 +158,11 @@ bool dpl__ring_cancel(struct dpl__ring *r, uint64_t deadline_ns)
 	/* Either way neither is waited for again; one the transport kept
 	 * makes the caller leak the ring's memory. */
 	if (send) {
-		ok &= collect(r, r->sreq, deadline_ns);
+		ok &= dpl__transport_collect(r->t, r->sreq, deadline_ns);
 		r->send_done = true;
 	}
 	if (recv) {
-		ok &= collect(r, r->rreq, deadline_ns);
+		ok &= dpl__transport_collect(r->t, r->rreq, deadline_ns);
 		r->recv_done = true;
 	}
 	r->active = false;

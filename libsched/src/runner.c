@@ -619,25 +619,9 @@ fail:
 	return rc;
 }
 
-bool dpl__runner_collect(dpl_runner *r, struct dpl__rreq *q,
-			 uint64_t deadline)
+static void cancel_rreq(dpl_runner *r, struct dpl__rreq *q, uint64_t deadline)
 {
-	const struct dpl_transport_ops *o = r->t->ops;
-
-	if (!q->live)
-		return true;
-	for (;;) {
-		if (o->test(r->t->ctx, q->req) != DPL_EAGAIN) {
-			q->live = false;
-			return true;
-		}
-		if (o->progress(r->t->ctx) < 0 || dpl__now_ns() > deadline)
-			return false;
-	}
-}
-
-static void cancel_rreq(dpl_runner *r, struct dpl__rreq *q)
-{
+	(void)deadline;
 	if (q->live)
 		r->t->ops->cancel(r->t->ctx, q->req);
 }
@@ -648,16 +632,16 @@ static void cancel_rreq(dpl_runner *r, struct dpl__rreq *q)
 static void collect_into(dpl_runner *r, struct dpl__rreq *q,
 			 uint64_t deadline)
 {
-	if (!dpl__runner_collect(r, q, deadline)) {
-		q->live = false;
+	if (q->live && !dpl__transport_collect(r->t, q->req, deadline))
 		r->leak = true;
-	}
+	q->live = false;
 }
 
-/* Cancel (pass 0) or collect (pass 1) every data request of the slots:
- * all are cancelled before any is waited for, so requests that need a
- * peer to act on the cancel all get there at once. */
-static void slots_pass(dpl_runner *r, int pass, uint64_t deadline)
+/* fn on every data request of the slots. */
+static void each_slot_rreq(dpl_runner *r,
+			   void (*fn)(dpl_runner *, struct dpl__rreq *,
+				      uint64_t),
+			   uint64_t deadline)
 {
 	uint32_t i, j, k;
 
@@ -666,25 +650,14 @@ static void slots_pass(dpl_runner *r, int pass, uint64_t deadline)
 
 		for (j = 0; j < ls->nslots; j++) {
 			struct dpl__slot *sl = &ls->slots[j];
-			struct dpl__rreq *q[4];
-			uint32_t n, m;
 
-			for (k = 0; k < ls->prev_r || k < ls->next_r; k++) {
-				n = 0;
-				if (ls->prev_remote && k < ls->prev_r) {
-					q[n++] = &sl->rf[k];
-					q[n++] = &sl->sb[k];
-				}
-				if (ls->next_remote && k < ls->next_r) {
-					q[n++] = &sl->rb[k];
-					q[n++] = &sl->sf[k];
-				}
-				for (m = 0; m < n; m++) {
-					if (pass == 0)
-						cancel_rreq(r, q[m]);
-					else
-						collect_into(r, q[m], deadline);
-				}
+			for (k = 0; ls->prev_remote && k < ls->prev_r; k++) {
+				fn(r, &sl->rf[k], deadline);
+				fn(r, &sl->sb[k], deadline);
+			}
+			for (k = 0; ls->next_remote && k < ls->next_r; k++) {
+				fn(r, &sl->rb[k], deadline);
+				fn(r, &sl->sf[k], deadline);
 			}
 		}
 	}
@@ -697,12 +670,15 @@ void dpl__runner_cancel_all(dpl_runner *r)
 
 	if (r->t == NULL || r->rreqs == NULL)
 		return;
+	/* Everything is cancelled before anything is waited for, so
+	 * requests that need a peer to act on the cancel all get there at
+	 * once. */
 	deadline = dpl__now_ns() + r->timeout_ns;
-	slots_pass(r, 0, deadline);
+	each_slot_rreq(r, cancel_rreq, deadline);
 	for (i = 0; i < r->nls; i++)
 		if (r->ls[i].ar_live)
 			r->t->ops->cancel(r->t->ctx, r->ls[i].ar_req);
-	slots_pass(r, 1, deadline);
+	each_slot_rreq(r, collect_into, deadline);
 	for (i = 0; i < r->nls; i++) {
 		struct dpl__lstage *ls = &r->ls[i];
 
@@ -729,8 +705,8 @@ void dpl_runner_destroy(dpl_runner *r)
 		uint64_t deadline = dpl__now_ns() + r->timeout_ns;
 
 		for (q = 0; q < r->world; q++) {
-			cancel_rreq(r, &r->ctrl_s[q]);
-			cancel_rreq(r, &r->ctrl_r[q]);
+			cancel_rreq(r, &r->ctrl_s[q], deadline);
+			cancel_rreq(r, &r->ctrl_r[q], deadline);
 		}
 		for (q = 0; q < r->world; q++) {
 			collect_into(r, &r->ctrl_s[q], deadline);

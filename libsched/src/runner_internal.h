@@ -35,6 +35,11 @@ size_t dpl__req_stride(const dpl_transport *t);
 /* Monotonic clock in nanoseconds. */
 uint64_t dpl__now_ns(void);
 
+/* Test and progress until request `req` of t completes (true) or
+ * `deadline_ns` passes or the context breaks (false). */
+bool dpl__transport_collect(dpl_transport *t, void *req,
+			    uint64_t deadline_ns);
+
 /*
  * Message tags of the runner (DPL_TAG_BITS wide):
  *   class (3 bits) | iteration mod 256 (8) | stage (20) | index (29).
@@ -244,9 +249,5 @@ void dpl__runner_reset_stage(struct dpl__lstage *ls, uint32_t nmb);
  * waited for again (runner.c). */
 void dpl__runner_cancel_all(dpl_runner *r);
 
-/* Collect a request (cancelled or not) by `deadline`; false when the
- * transport still holds it (runner.c). */
-bool dpl__runner_collect(dpl_runner *r, struct dpl__rreq *q,
-			 uint64_t deadline);
 
 #endif /* DPL_RUNNER_INTERNAL_H */

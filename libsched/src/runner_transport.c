@@ -19,6 +19,15 @@ uint64_t dpl__now_ns(void)
 	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
+bool dpl__transport_collect(dpl_transport *t, void *req,
+			    uint64_t deadline_ns)
+{
+	while (t->ops->test(t->ctx, req) == DPL_EAGAIN)
+		if (t->ops->progress(t->ctx) < 0 || dpl__now_ns() > deadline_ns)
+			return false;
+	return true;
+}
+
 size_t dpl__req_stride(const dpl_transport *t)
 {
 	size_t a = _Alignof(max_align_t);

@@ -80,18 +80,25 @@ static void *req_quiet(void)
 			     (O->req_size + 15) / 16 * 16);
 }
 
-/* Test until done, progressing; bounded. */
-static int finish(dpl_transport *t, void *req)
+/* Test until done, progressing, at most `rounds` times; the status, or
+ * DPL_ETIMEDOUT. */
+static int finish_within(dpl_transport *t, void *req, long rounds)
 {
-	int rc, i;
+	long i;
+	int rc;
 
-	for (i = 0; i < 1000000; i++) {
+	for (i = 0; i < rounds; i++) {
 		rc = O->test(CTX(t), req);
 		if (rc != DPL_EAGAIN)
 			return rc;
 		O->progress(CTX(t));
 	}
 	return DPL_ETIMEDOUT;
+}
+
+static int finish(dpl_transport *t, void *req)
+{
+	return finish_within(t, req, 1000000);
 }
 
 Test(inproc, table_is_versioned_and_complete)
@@ -768,6 +775,9 @@ Test(inproc, concurrent_ranks_exchange_in_order)
  * while it looked would get a later one. */
 #define STREAM_N 1000000
 #define STREAM_WINDOW 64
+/* Rounds of test and progress a stream request may take: the other
+ * thread may be off the core for a while. */
+#define STREAM_ROUNDS 100000000L
 
 struct streamarg {
 	dpl_transport *t;
@@ -780,32 +790,23 @@ static void *stream_send_main(void *arg)
 	struct streamarg *x = arg;
 	void *req[STREAM_WINDOW];
 	uint64_t val[STREAM_WINDOW];
-	int i, k, rc, spins;
+	int i, k, rc;
 
 	for (k = 0; k < STREAM_WINDOW; k++)
 		req[k] = req_quiet();
 	for (i = 0; i < STREAM_N && x->rc == 0; i++) {
 		k = i % STREAM_WINDOW;
-		if (i >= STREAM_WINDOW) {
-			for (spins = 0; (rc = O->test(CTX(x->t), req[k])) ==
-					DPL_EAGAIN && spins < 100000000;
-			     spins++)
-				O->progress(CTX(x->t));
-			if (rc != 0)
-				x->rc = rc == DPL_EAGAIN ? DPL_ETIMEDOUT : rc;
-		}
+		if (i >= STREAM_WINDOW &&
+		    (rc = finish_within(x->t, req[k], STREAM_ROUNDS)) != 0)
+			x->rc = rc;
 		val[k] = (uint64_t)i;
 		rc = O->isend(CTX(x->t), req[k], 1, 9, &val[k], 8,
 			      DPL_MEM_HOST);
 		if (rc != 0 && x->rc == 0)
 			x->rc = rc;
 	}
-	for (k = 0; k < STREAM_WINDOW && k < i; k++) {
-		for (spins = 0; O->test(CTX(x->t), req[k]) == DPL_EAGAIN &&
-				spins < 100000000;
-		     spins++)
-			O->progress(CTX(x->t));
-	}
+	for (k = 0; k < STREAM_WINDOW && k < i; k++)
+		(void)finish_within(x->t, req[k], STREAM_ROUNDS);
 	for (k = 0; k < STREAM_WINDOW; k++)
 		free(req[k]);
 	return NULL;
@@ -817,7 +818,7 @@ static void *stream_recv_main(void *arg)
 	void *req[48];
 	uint64_t val[48];
 	long i = 0;
-	int k, n, rc, spins, batch = 0;
+	int k, n, rc, batch = 0;
 
 	for (k = 0; k < 48; k++)
 		req[k] = req_quiet();
@@ -829,12 +830,9 @@ static void *stream_recv_main(void *arg)
 			O->irecv(CTX(x->t), req[k], 0, 9, &val[k], 8,
 				 DPL_MEM_HOST);
 		for (k = 0; k < n; k++, i++) {
-			for (spins = 0; (rc = O->test(CTX(x->t), req[k])) ==
-					DPL_EAGAIN && spins < 100000000;
-			     spins++)
-				O->progress(CTX(x->t));
+			rc = finish_within(x->t, req[k], STREAM_ROUNDS);
 			if (rc != 0 && x->rc == 0)
-				x->rc = rc == DPL_EAGAIN ? DPL_ETIMEDOUT : rc;
+				x->rc = rc;
 			if (val[k] != (uint64_t)i && x->bad_at < 0)
 				x->bad_at = i;
 		}

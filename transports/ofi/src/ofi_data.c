@@ -758,6 +758,21 @@ static void mhdr_sent(struct ofi_ctx *c, const struct ofi_mhdr *h,
 	q->grant -= h->credit;
 }
 
+/* op's message in two pieces: hlen bytes of header at hdr (in the op
+ * table), then the payload: the caller's buffer, or the scratch area
+ * when op drains. */
+static void op_iov(struct ofi_ctx *c, struct ofi_op *op, void *hdr,
+		   size_t hlen, struct iovec iov[2], void *desc[2])
+{
+	iov[0].iov_base = hdr;
+	iov[0].iov_len = hlen;
+	desc[0] = static_desc(c->op_mr);
+	iov[1].iov_base = op->drain ? c->scratch : op->buf;
+	iov[1].iov_len = op->drain ? op->w.len : op->len;
+	desc[1] = op->drain ? static_desc(c->scratch_mr)
+			    : desc_of(c, &op->mr);
+}
+
 /* The eager message of a slot: header and payload from two places. */
 static int post_send_msg(struct ofi_ctx *c, struct ofi_op *op)
 {
@@ -766,12 +781,7 @@ static int post_send_msg(struct ofi_ctx *c, struct ofi_op *op)
 	int rc;
 
 	mhdr_fill(c, &op->w.h, op->peer, op->tag);
-	iov[0].iov_base = &op->w.h;
-	iov[0].iov_len = MHDR;
-	desc[0] = static_desc(c->op_mr);
-	iov[1].iov_base = op->buf;
-	iov[1].iov_len = op->len;
-	desc[1] = desc_of(c, &op->mr);
+	op_iov(c, op, &op->w.h, MHDR, iov, desc);
 	rc = (int)fi_tsendv(c->ep, iov, c->mr_local ? desc : NULL,
 			    op->len != 0 ? 2 : 1, c->peer[op->peer].addr,
 			    OFI_TAG_MSG, &op->fc[0]);
@@ -828,12 +838,7 @@ static int post_offered(struct ofi_ctx *c, struct ofi_op *op)
 	op->w.len = op->len;
 	op->w.offer = q->pend;
 	op->w.offer.valid = q->pend_set;
-	iov[0].iov_base = &op->w;
-	iov[0].iov_len = sizeof op->w;
-	desc[0] = static_desc(c->op_mr);
-	iov[1].iov_base = op->buf;
-	iov[1].iov_len = op->len;
-	desc[1] = desc_of(c, &op->mr);
+	op_iov(c, op, &op->w, sizeof op->w, iov, desc);
 	rc = (int)fi_tsendv(c->ep, iov, c->mr_local ? desc : NULL, 2, q->addr,
 			    op->btag, &op->fc[1]);
 	if (rc == 0) {
@@ -860,13 +865,7 @@ static void post_bulk_recv(struct ofi_ctx *c, struct ofi_op *op)
 	int rc = -FI_EAGAIN;
 
 	/* A message sent on an offer has the request to send in front. */
-	iov[0].iov_base = &op->rh;
-	iov[0].iov_len = sizeof op->rh;
-	desc[0] = static_desc(c->op_mr);
-	iov[1].iov_base = op->drain ? c->scratch : op->buf;
-	iov[1].iov_len = op->drain ? op->w.len : op->len;
-	desc[1] = op->drain ? static_desc(c->scratch_mr)
-			    : desc_of(c, &op->mr);
+	op_iov(c, op, &op->rh, sizeof op->rh, iov, desc);
 	if (c->nbulk < c->bulk_max && obulk(op))
 		rc = (int)fi_trecvv(c->ep, iov, c->mr_local ? desc : NULL,
 				    2, c->peer[op->peer].addr, op->btag, 0,
@@ -1914,12 +1913,7 @@ static void offer_post(struct ofi_ctx *c, struct ofi_op *op)
 		if (&c->op[i - 1] != op && c->op[i - 1].tag == op->tag)
 			return;
 	op->btag = OFI_TAG_OBULK | cookie_of(c, op);
-	iov[0].iov_base = &op->rh;
-	iov[0].iov_len = sizeof op->rh;
-	desc[0] = static_desc(c->op_mr);
-	iov[1].iov_base = op->buf;
-	iov[1].iov_len = op->len;
-	desc[1] = desc_of(c, &op->mr);
+	op_iov(c, op, &op->rh, sizeof op->rh, iov, desc);
 	rc = (int)fi_trecvv(c->ep, iov, c->mr_local ? desc : NULL, 2,
 			    q->addr, op->btag, 0, &op->fc[2]);
 	if (rc != 0)

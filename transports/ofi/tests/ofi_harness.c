@@ -398,6 +398,30 @@ const char *h_job_killed_one(const struct h_job *j, uint32_t victim,
 	return NULL;
 }
 
+static void job_init(struct h_job *j, const char *prov, uint32_t n,
+		     h_rank_fn fn)
+{
+	memset(j, 0, sizeof *j);
+	j->provider = prov;
+	j->n = n;
+	j->fn = fn;
+}
+
+const char *h_run(const char *prov, uint32_t n, h_rank_fn fn,
+		  const void *arg, const char *opts, char *buf, size_t size)
+{
+	struct h_job j;
+	const char *msg = NULL;
+
+	job_init(&j, prov, n, fn);
+	j.arg = arg;
+	j.options = opts;
+	if (h_job_run(&j) != 0)
+		msg = h_job_report(&j, buf, size);
+	h_job_free(&j);
+	return msg;
+}
+
 const char *h_run_killing(const char *prov, uint32_t n, h_rank_fn fn,
 			  h_ctl_fn ctl, uint32_t victim, char *buf,
 			  size_t size)
@@ -405,10 +429,7 @@ const char *h_run_killing(const char *prov, uint32_t n, h_rank_fn fn,
 	struct h_job j;
 	const char *msg;
 
-	memset(&j, 0, sizeof j);
-	j.provider = prov;
-	j.n = n;
-	j.fn = fn;
+	job_init(&j, prov, n, fn);
 	j.ctl = ctl;
 	h_job_run(&j);
 	msg = h_job_killed_one(&j, victim, buf, size);

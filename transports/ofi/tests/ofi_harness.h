@@ -84,6 +84,10 @@ int h_exit_code(const struct h_job *j, uint32_t r);
  * other rank exited with 0; else what went wrong, in buf. */
 const char *h_job_killed_one(const struct h_job *j, uint32_t victim,
 			     char *buf, size_t size);
+/* A job of n ranks over `prov` (arg and opts may be NULL): run, free.
+ * NULL when every rank exited with 0, else h_job_report's text in buf. */
+const char *h_run(const char *prov, uint32_t n, h_rank_fn fn,
+		  const void *arg, const char *opts, char *buf, size_t size);
 /* A job of n ranks over `prov` whose ctl kills rank `victim`: run,
  * check with h_job_killed_one, free. NULL, or what went wrong in buf. */
 const char *h_run_killing(const char *prov, uint32_t n, h_rank_fn fn,

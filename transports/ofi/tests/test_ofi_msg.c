@@ -20,19 +20,10 @@
 static void run_job(const char *prov, uint32_t n, h_rank_fn fn,
 		    const void *arg, const char *opts)
 {
-	struct h_job j;
 	char buf[4000];
-	int rc;
+	const char *msg = h_run(prov, n, fn, arg, opts, buf, sizeof buf);
 
-	memset(&j, 0, sizeof j);
-	j.provider = prov;
-	j.options = opts;
-	j.n = n;
-	j.fn = fn;
-	j.arg = arg;
-	rc = h_job_run(&j);
-	cr_assert_eq(rc, 0, "%s: %s", prov, h_job_report(&j, buf, sizeof buf));
-	h_job_free(&j);
+	cr_assert_null(msg, "%s: %s", prov, msg);
 }
 
 static const size_t sizes[] = {

@@ -32,17 +32,10 @@ enum { F_POSTED = 1, F_STORED, F_CANCELLED, F_CLOSED, F_READY0, F_READY1 };
 
 static void run(const char *prov, uint32_t n, h_rank_fn fn)
 {
-	struct h_job j;
 	char buf[4000];
-	int rc;
+	const char *msg = h_run(prov, n, fn, NULL, NULL, buf, sizeof buf);
 
-	memset(&j, 0, sizeof j);
-	j.provider = prov;
-	j.n = n;
-	j.fn = fn;
-	rc = h_job_run(&j);
-	cr_assert_eq(rc, 0, "%s: %s", prov, h_job_report(&j, buf, sizeof buf));
-	h_job_free(&j);
+	cr_assert_null(msg, "%s: %s", prov, msg);
 }
 
 /* The module's offer counters: receives offered, sends that used an

@@ -24,17 +24,10 @@
 
 static void run_job(const char *prov, h_rank_fn fn)
 {
-	struct h_job j;
 	char buf[4000];
-	int rc;
+	const char *msg = h_run(prov, 2, fn, NULL, NULL, buf, sizeof buf);
 
-	memset(&j, 0, sizeof j);
-	j.provider = prov;
-	j.n = 2;
-	j.fn = fn;
-	rc = h_job_run(&j);
-	cr_assert_eq(rc, 0, "%s: %s", prov, h_job_report(&j, buf, sizeof buf));
-	h_job_free(&j);
+	cr_assert_null(msg, "%s: %s", prov, msg);
 }
 
 static void **reqs(struct h_rank *r, size_t n)
