@@ -31,10 +31,11 @@
 #include "bench.h"
 
 #include <dpl/device_cpu.h>
+#include <dpl/model_mlp.h>
 #include <dpl/dpl.h>
 #include <dpl/transport.h>
 
-extern const struct dpl_transport_ops dpl_transport_inproc;
+#include <dpl/transport_inproc.h>
 
 #define MAX_S 32
 #define MAX_L 128
@@ -97,7 +98,7 @@ static void *rank_main(void *p)
 	dpl_mlp_activation_bytes(&mp, c->bounds, c->S, act);
 	tp.rank = a->rank;
 	tp.world_size = c->S;
-	tp.bootstrap = w->name;
+	tp.world = w->name;
 	if (dpl_mlp_create(&mp, &ml, &m) ||
 	    dpl_transport_open(&dpl_transport_inproc, &tp, &t) ||
 	    dpl_device_open(&dpl_device_cpu, NULL, &d))

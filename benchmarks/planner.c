@@ -22,6 +22,7 @@
 #include "bench.h"
 
 #include <dpl/dpl.h>
+#include <dpl/plan.h>
 
 #ifndef DPL_PROFILES_DIR
 #define DPL_PROFILES_DIR "../shared/profiles"

@@ -37,7 +37,7 @@
 #include <dpl/dpl.h>
 #include <dpl/transport.h>
 
-extern const struct dpl_transport_ops dpl_transport_inproc;
+#include <dpl/transport_inproc.h>
 
 #define MAX_S 16
 #define MAX_REPS 64
@@ -115,7 +115,7 @@ static void *rank_main(void *p)
 		act[i] = 64;
 	tp.rank = a->rank;
 	tp.world_size = w->S;
-	tp.bootstrap = w->name;
+	tp.world = w->name;
 	rp.schedule = w->s;
 	rp.rank = a->rank;
 	rp.batch = w->M;

@@ -19,6 +19,7 @@
 #include "bench.h"
 
 #include <dpl/dpl.h>
+#include <dpl/sim.h>
 
 struct result {
 	double build, lower, validate, simulate; /* seconds, medians */

@@ -22,10 +22,12 @@
 #include "bench.h"
 
 #include <dpl/device_synthetic.h>
+#include <dpl/model_synthetic.h>
 #include <dpl/dpl.h>
+#include <dpl/sim.h>
 #include <dpl/transport.h>
 
-extern const struct dpl_transport_ops dpl_transport_inproc;
+#include <dpl/transport_inproc.h>
 
 #define S_RANKS 8
 #define M_MB 32
@@ -65,7 +67,7 @@ static void *rank_main(void *p)
 	sp.activation_bytes = act;
 	tp.rank = a->rank;
 	tp.world_size = S_RANKS;
-	tp.bootstrap = w->name;
+	tp.world = w->name;
 	if (dpl_synthetic_create(&sp, &syn) ||
 	    dpl_transport_open(&dpl_transport_inproc, &tp, &t) ||
 	    dpl_device_open(&dpl_device_synthetic, NULL, &d))

@@ -4,9 +4,11 @@
  * itself on the same provider.
  *
  * The program forks rank 1 and runs rank 0 itself, both on loopback, each
- * with separate page-aligned send and receive buffers. For
+ * with separate page-aligned send and receive buffers; they meet through
+ * dpl's bootstrap, whose exchange the transport's init uses. For
  * each size and round it runs, one after the other:
- *  - dpl: the ping-pong through dpl_transport_ofi (rank 0 posts its
+ *  - dpl: the ping-pong through dpl_transport_ofi and the checked layer
+ *    every caller uses (dpl_transport_isend() ...; rank 0 posts its
  *    receive, then its send; rank 1 echoes);
  *  - raw: the same ping-pong written directly against libfabric
  *    (fi_trecv/fi_tsend and fi_cq_read, as fi_pingpong does), on a second
@@ -57,9 +59,10 @@
 #include <rdma/fi_errno.h>
 #include <rdma/fi_tagged.h>
 
-#include <dpl/transport.h>
+#include <dpl/backend.h>
+#include <dpl/bootstrap.h>
+#include <dpl/transport_ofi.h>
 
-extern const struct dpl_transport_ops dpl_transport_ofi;
 static const struct dpl_transport_ops *O = &dpl_transport_ofi;
 
 #define MAXSZ 32
@@ -95,10 +98,7 @@ struct cell {
 
 static double now_us(void)
 {
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec * 1e6 + (double)ts.tv_nsec / 1e3;
+	return (double)dpl_clock_ns() / 1e3;
 }
 
 static int cmp_double(const void *a, const void *b)
@@ -178,32 +178,34 @@ static int xwrite(int fd, const void *buf, size_t n)
 
 /* ---- dpl ------------------------------------------------------------ */
 
-static int finish(void *ctx, void *req)
+static int finish(dpl_transport *t, void *req)
 {
 	int rc;
 
-	while ((rc = O->test(ctx, req)) == DPL_EAGAIN)
-		if ((rc = O->progress(ctx)) < 0)
+	while ((rc = dpl_transport_test(t, req)) == DPL_EAGAIN)
+		if ((rc = dpl_transport_progress(t)) < 0)
 			return rc;
 	return rc;
 }
 
-static int post(void *ctx, void *req, bool send, uint32_t peer, uint64_t tag,
-		void *buf, size_t len)
+static int post(dpl_transport *t, void *req, bool send, uint32_t peer,
+		uint64_t tag, void *buf, size_t len)
 {
 	int rc;
 
 	do {
-		rc = send ? O->isend(ctx, req, peer, tag, buf, len, DPL_MEM_HOST)
-			  : O->irecv(ctx, req, peer, tag, buf, len, DPL_MEM_HOST);
+		rc = send ? dpl_transport_isend(t, req, peer, tag, buf, len,
+						DPL_MEM_HOST)
+			  : dpl_transport_irecv(t, req, peer, tag, buf, len,
+						DPL_MEM_HOST);
 		if (rc == DPL_EAGAIN)
-			O->progress(ctx);
+			dpl_transport_progress(t);
 	} while (rc == DPL_EAGAIN);
 	return rc;
 }
 
 /* One series; rank 0 fills rtt[0..iters) in us. */
-static int dpl_pingpong(void *ctx, uint32_t rank, void *sq, void *rq,
+static int dpl_pingpong(dpl_transport *t, uint32_t rank, void *sq, void *rq,
 			char *sbuf, char *rbuf, size_t len, long iters,
 			double *rtt)
 {
@@ -215,18 +217,18 @@ static int dpl_pingpong(void *ctx, uint32_t rank, void *sq, void *rq,
 	for (i = -warm; i < iters; i++) {
 		if (rank == 0) {
 			t0 = now_us();
-			if ((rc = post(ctx, rq, false, 1, tag, rbuf, len)) != 0 ||
-			    (rc = post(ctx, sq, true, 1, tag, sbuf, len)) != 0 ||
-			    (rc = finish(ctx, sq)) != 0 ||
-			    (rc = finish(ctx, rq)) != 0)
+			if ((rc = post(t, rq, false, 1, tag, rbuf, len)) != 0 ||
+			    (rc = post(t, sq, true, 1, tag, sbuf, len)) != 0 ||
+			    (rc = finish(t, sq)) != 0 ||
+			    (rc = finish(t, rq)) != 0)
 				return rc;
 			if (i >= 0)
 				rtt[i] = now_us() - t0;
 		} else {
-			if ((rc = post(ctx, rq, false, 0, tag, rbuf, len)) != 0 ||
-			    (rc = finish(ctx, rq)) != 0 ||
-			    (rc = post(ctx, sq, true, 0, tag, sbuf, len)) != 0 ||
-			    (rc = finish(ctx, sq)) != 0)
+			if ((rc = post(t, rq, false, 0, tag, rbuf, len)) != 0 ||
+			    (rc = finish(t, rq)) != 0 ||
+			    (rc = post(t, sq, true, 0, tag, sbuf, len)) != 0 ||
+			    (rc = finish(t, sq)) != 0)
 				return rc;
 		}
 	}
@@ -236,20 +238,35 @@ static int dpl_pingpong(void *ctx, uint32_t rank, void *sq, void *rq,
 static dpl_transport *dpl_open(const struct opts *o, uint32_t rank,
 			       const char *root)
 {
+	struct dpl_bootstrap_params bp;
 	struct dpl_transport_params p;
+	struct dpl_oob oob;
+	dpl_bootstrap *b = NULL;
 	dpl_transport *t = NULL;
 	char opts[512];
 	int rc;
 
 	snprintf(opts, sizeof opts, "provider=%s%s%s", o->provider,
 		 o->options ? "," : "", o->options ? o->options : "");
+	memset(&bp, 0, sizeof bp);
+	bp.rank = rank;
+	bp.world_size = 2;
+	bp.root = root;
+	bp.timeout_ms = 30000;
+	if ((rc = dpl_bootstrap_open(&bp, &b)) != 0) {
+		fprintf(stderr, "rank %u: bootstrap: %s: %s\n", rank,
+			dpl_err_name(rc), dpl_last_error());
+		return NULL;
+	}
+	dpl_bootstrap_oob(b, &oob);
 	memset(&p, 0, sizeof p);
 	p.rank = rank;
 	p.world_size = 2;
-	p.bootstrap = root;
+	p.oob = &oob;
 	p.options = opts;
 	p.timeout_ms = 30000;
 	rc = dpl_transport_open(O, &p, &t);
+	dpl_bootstrap_close(b);
 	if (rc != 0) {
 		fprintf(stderr, "rank %u: open: %s: %s\n", rank,
 			dpl_err_name(rc), dpl_last_error());
@@ -446,7 +463,7 @@ static int child(const struct opts *o, const char *root, int in, int out)
 	rq = aligned_alloc(64, (O->req_size + 63) / 64 * 64);
 	while (xread(in, &c, sizeof c) == 0 && c.mode != M_QUIT) {
 		if (c.mode == M_DPL)
-			rc = dpl_pingpong(dpl_transport_ctx(t), 1, sq, rq, buf,
+			rc = dpl_pingpong(t, 1, sq, rq, buf,
 					  buf + round_page(o->max), (size_t)c.size,
 					  c.iters, NULL);
 		else
@@ -766,7 +783,7 @@ int main(int argc, char **argv)
 				if (xwrite(to[1], &c, sizeof c) != 0)
 					return 1;
 				if (mode == M_DPL)
-					rc = dpl_pingpong(dpl_transport_ctx(t), 0,
+					rc = dpl_pingpong(t, 0,
 							  sq, rq, buf,
 							  buf + round_page(o.max),
 							  sizes[k], iters[k], rtt);

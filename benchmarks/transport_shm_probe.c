@@ -33,6 +33,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <dpl/bootstrap.h>
 #include <dpl/transport.h>
 #include <dpl/transport_shm.h>
 
@@ -95,13 +96,13 @@ static int pick_port(void)
 }
 
 /* Busy-poll one request to completion (the probe measures the path). */
-static int finish(const struct dpl_transport_ops *o, void *ctx, void *req)
+static int finish(dpl_transport *t, void *req)
 {
 	int st;
 
-	while ((st = o->test(ctx, req)) == DPL_EAGAIN)
-		if (o->progress(ctx) < 0)
-			return o->test(ctx, req);
+	while ((st = dpl_transport_test(t, req)) == DPL_EAGAIN)
+		if (dpl_transport_progress(t) < 0)
+			return dpl_transport_test(t, req);
 	return st;
 }
 
@@ -113,9 +114,9 @@ static size_t iters_for(size_t bytes)
 	return quick ? n / 10 + 1 : n;
 }
 
-static int pingpong(const struct dpl_transport_ops *o, void *ctx, int rank,
-		    void *req, unsigned char *buf, size_t n, double *rtt,
-		    double *us, double *avg)
+static int pingpong(dpl_transport *t, int rank, void *req,
+		    unsigned char *buf, size_t n, double *rtt, double *us,
+		    double *avg)
 {
 	/* Small messages are timed in batches of round trips, so that
 	 * reading the clock does not count. */
@@ -123,46 +124,50 @@ static int pingpong(const struct dpl_transport_ops *o, void *ctx, int rank,
 	size_t it, warm = iters_for(n) / 10 + 1, total = iters_for(n) + warm;
 	size_t samples = 0;
 	uint32_t peer = (uint32_t)(1 - rank);
-	double t0 = 0, t = 0;
+	double t0 = 0, tb = 0;
 	int rc;
 
 	total = warm + (total - warm) / batch * batch;
 	for (it = 0; it < total; it++) {
 		if (it == warm)
-			t0 = t = now_s();
+			t0 = tb = now_s();
 		if (it > warm && (it - warm) % batch == 0) {
 			double x = now_s();
 
-			rtt[samples++] = (x - t) / (double)batch;
-			t = x;
+			rtt[samples++] = (x - tb) / (double)batch;
+			tb = x;
 		}
 		if (rank == 0) {
-			if ((rc = o->isend(ctx, req, peer, 1, buf, n, 0)) ||
-			    (rc = finish(o, ctx, req)) ||
-			    (rc = o->irecv(ctx, req, peer, 2, buf, n, 0)) ||
-			    (rc = finish(o, ctx, req)))
+			if ((rc = dpl_transport_isend(t, req, peer, 1, buf, n,
+						      0)) ||
+			    (rc = finish(t, req)) ||
+			    (rc = dpl_transport_irecv(t, req, peer, 2, buf, n,
+						      0)) ||
+			    (rc = finish(t, req)))
 				return rc;
 		} else {
-			if ((rc = o->irecv(ctx, req, peer, 1, buf, n, 0)) ||
-			    (rc = finish(o, ctx, req)) ||
-			    (rc = o->isend(ctx, req, peer, 2, buf, n, 0)) ||
-			    (rc = finish(o, ctx, req)))
+			if ((rc = dpl_transport_irecv(t, req, peer, 1, buf, n,
+						      0)) ||
+			    (rc = finish(t, req)) ||
+			    (rc = dpl_transport_isend(t, req, peer, 2, buf, n,
+						      0)) ||
+			    (rc = finish(t, req)))
 				return rc;
 		}
 	}
-	rtt[samples++] = (now_s() - t) / (double)batch;
+	rtt[samples++] = (now_s() - tb) / (double)batch;
 	*avg = (now_s() - t0) / (double)(total - warm) / 2 * 1e6;
 	*us = bench_median(rtt, samples) / 2 * 1e6;
 	return 0;
 }
 
-static int stream(const struct dpl_transport_ops *o, void *ctx, int rank,
-		  unsigned char *reqs, size_t stride, unsigned char *buf,
-		  size_t n, double *win, double *mib, double *p50)
+static int stream(dpl_transport *t, int rank, unsigned char *reqs,
+		  size_t stride, unsigned char *buf, size_t n, double *win,
+		  double *mib, double *p50)
 {
 	size_t it, w, iters = iters_for(n) / WINDOW + 2;
 	uint32_t peer = (uint32_t)(1 - rank);
-	double t0 = now_s(), t = t0;
+	double t0 = now_s(), tw = t0;
 	char ack = 0;
 	int rc;
 
@@ -170,34 +175,36 @@ static int stream(const struct dpl_transport_ops *o, void *ctx, int rank,
 		double x = now_s();
 
 		if (it > 0)
-			win[it - 1] = x - t;
-		t = x;
+			win[it - 1] = x - tw;
+		tw = x;
 		for (w = 0; w < WINDOW; w++) {
 			void *r = reqs + w * stride;
 
 			do {
 				rc = rank == 0
-					     ? o->isend(ctx, r, peer, 3, buf,
-							n, 0)
-					     : o->irecv(ctx, r, peer, 3, buf,
-							n, 0);
+					     ? dpl_transport_isend(t, r, peer,
+								   3, buf, n,
+								   0)
+					     : dpl_transport_irecv(t, r, peer,
+								   3, buf, n,
+								   0);
 				if (rc == DPL_EAGAIN)
-					o->progress(ctx);
+					dpl_transport_progress(t);
 			} while (rc == DPL_EAGAIN);
 			if (rc != 0)
 				return rc;
 		}
 		for (w = 0; w < WINDOW; w++)
-			if ((rc = finish(o, ctx, reqs + w * stride)) != 0)
+			if ((rc = finish(t, reqs + w * stride)) != 0)
 				return rc;
 	}
 	/* The receiver's acknowledgement closes the clock. */
 	if (rank == 0)
-		rc = o->irecv(ctx, reqs, peer, 4, &ack, 1, 0);
+		rc = dpl_transport_irecv(t, reqs, peer, 4, &ack, 1, 0);
 	else
-		rc = o->isend(ctx, reqs, peer, 4, &ack, 1, 0);
+		rc = dpl_transport_isend(t, reqs, peer, 4, &ack, 1, 0);
 	if (rc == 0)
-		rc = finish(o, ctx, reqs);
+		rc = finish(t, reqs);
 	*mib = (double)(iters * WINDOW) * (double)n / (now_s() - t0) / MiB;
 	*p50 = (double)WINDOW * (double)n /
 	       bench_median(win, iters - 1) / MiB;
@@ -207,14 +214,16 @@ static int stream(const struct dpl_transport_ops *o, void *ctx, int rank,
 static void rank_main(int rank)
 {
 	const struct dpl_transport_ops *o = &dpl_transport_shm;
-	struct dpl_transport_params p = {(uint32_t)rank, 2, root, opts,
+	struct dpl_bootstrap_params bp = {(uint32_t)rank, 2, root, 30000};
+	struct dpl_transport_params p = {(uint32_t)rank, 2, NULL, NULL, opts,
 					 30000, 0};
 	size_t stride = (o->req_size + 63) / 64 * 64, k;
 	unsigned char *reqs = calloc(WINDOW, stride);
 	unsigned char *buf = malloc(16 << 20);
 	double *times = malloc(40000 * sizeof *times);
+	dpl_bootstrap *b = NULL;
 	dpl_transport *t = NULL;
-	void *ctx;
+	struct dpl_oob oob;
 	int rc, r;
 
 	if (reqs == NULL || buf == NULL || times == NULL) {
@@ -222,20 +231,25 @@ static void rank_main(int rank)
 		return;
 	}
 	memset(buf, rank + 1, 16 << 20);
-	rc = dpl_transport_open(o, &p, &t);
+	rc = dpl_bootstrap_open(&bp, &b);
+	if (rc == 0) {
+		dpl_bootstrap_oob(b, &oob);
+		p.oob = &oob;
+		rc = dpl_transport_open(o, &p, &t);
+		dpl_bootstrap_close(b);
+	}
 	if (rc != 0) {
 		S->rc = rc;
 		snprintf(S->msg, sizeof S->msg, "rank %d: %s", rank,
 			 dpl_last_error());
 		return;
 	}
-	ctx = dpl_transport_ctx(t);
 	for (r = 0; r < reps && rc == 0; r++) {
 		for (k = 0; k < NLAT && rc == 0; k++) {
 			double us = 0, avg = 0;
 
-			rc = pingpong(o, ctx, rank, reqs, buf, lat_sizes[k],
-				      times, &us, &avg);
+			rc = pingpong(t, rank, reqs, buf, lat_sizes[k], times,
+				      &us, &avg);
 			if (rank == 0) {
 				S->lat_us[k][r] = us;
 				S->lat_avg[k][r] = avg;
@@ -244,8 +258,8 @@ static void rank_main(int rank)
 		for (k = 0; k < NBW && rc == 0; k++) {
 			double mib = 0, p50 = 0;
 
-			rc = stream(o, ctx, rank, reqs, stride, buf,
-				    bw_sizes[k], times, &mib, &p50);
+			rc = stream(t, rank, reqs, stride, buf, bw_sizes[k],
+				    times, &mib, &p50);
 			if (rank == 0) {
 				S->bw_mib[k][r] = mib;
 				S->bw_p50[k][r] = p50;

@@ -1,8 +1,9 @@
 /*
  * transport_ucx_probe.c - what the UCX transport costs over UCX itself.
  *
- * Two local processes (ranks 0 and 1) open the transport over loopback
- * and measure, through the dpl transport API only:
+ * Two local processes (ranks 0 and 1) meet through dpl's TCP rendezvous
+ * (dpl/bootstrap.h), open the transport over loopback with it as the
+ * out-of-band exchange, and measure, through the dpl transport API only:
  *  - ping-pong latency, half the round trip like ucx_perftest's tag_lat,
  *    median and mean over LAT_ITERS iterations, for 8 B, 4 KiB, 64 KiB;
  *  - streaming bandwidth from 8 B to 64 MiB: rank 0 keeps WINDOW sends in
@@ -20,40 +21,29 @@
  *                             [--max-size BYTES] [--json FILE]
  */
 #define _POSIX_C_SOURCE 200809L
-#include <arpa/inet.h>
-#include <errno.h>
-#include <math.h>
-#include <fcntl.h>
-#include <netinet/in.h>
 #include <signal.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
 #include <sys/wait.h>
-#include <time.h>
 #include <unistd.h>
 
+#include <dpl/backend.h>
+#include <dpl/bootstrap.h>
 #include <dpl/transport.h>
+#include <dpl/transport_ucx.h>
 
-extern const struct dpl_transport_ops dpl_transport_ucx;
+#include "transport_ucx_probe.h"
 
 static const struct dpl_transport_ops *O = &dpl_transport_ucx;
 
-#define MAX_SIZE_LIMIT ((size_t)64 << 20)
-#define NSIZES_MAX 32
-#define RUNS_MAX 15
-#define WINDOW 16
-#define LAT_ITERS 20000
-#define LAT_WARMUP 2000
 #define TAG_PING 1
 #define TAG_DATA 2
 #define TAG_SYNC 3
 
-static const size_t lat_sizes[] = {8, 4096, 65536};
-#define NLAT ((int)(sizeof lat_sizes / sizeof lat_sizes[0]))
+const size_t probe_lat_sizes[NLAT] = {8, 4096, 65536};
 
 enum cmd_kind { CMD_QUIT, CMD_LAT, CMD_BW };
 
@@ -67,49 +57,6 @@ struct answer {
 	double a; /* latency p50 (us) or bandwidth (MiB/s) */
 	double b; /* latency mean (us) */
 };
-
-struct opts {
-	const char *tls;
-	const char *json;
-	size_t max_size;
-	int runs;
-	bool perftest;
-};
-
-static uint64_t now_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
-
-static void die(const char *what, int rc)
-{
-	fprintf(stderr, "transport_ucx_probe: %s: %s (%s)\n", what,
-		dpl_err_name(rc), dpl_last_error());
-	exit(1);
-}
-
-static unsigned pick_port(void)
-{
-	struct sockaddr_in a;
-	socklen_t al = sizeof a;
-	unsigned port;
-	int fd = socket(AF_INET, SOCK_STREAM, 0);
-
-	if (fd < 0)
-		die("socket", DPL_EIO);
-	memset(&a, 0, sizeof a);
-	a.sin_family = AF_INET;
-	a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-	if (bind(fd, (struct sockaddr *)&a, sizeof a) != 0 ||
-	    getsockname(fd, (struct sockaddr *)&a, &al) != 0)
-		die("bind", DPL_EIO);
-	port = ntohs(a.sin_port);
-	close(fd);
-	return port;
-}
 
 static int cmp_double(const void *a, const void *b)
 {
@@ -139,7 +86,7 @@ static int bw_iters(size_t len)
 
 struct rank {
 	uint32_t me;
-	void *ctx;
+	dpl_transport *t;
 	unsigned char *req[WINDOW + 2];
 	unsigned char *sbuf, *rbuf; /* separate, as ucx_perftest's */
 };
@@ -148,9 +95,9 @@ static int wait_req(struct rank *r, void *req)
 {
 	int rc;
 
-	while ((rc = O->test(r->ctx, req)) == DPL_EAGAIN)
-		if (O->progress(r->ctx) < 0)
-			die("progress", DPL_EIO);
+	while ((rc = dpl_transport_test(r->t, req)) == DPL_EAGAIN)
+		if (dpl_transport_progress(r->t) < 0)
+			probe_die("progress", DPL_EIO);
 	return rc;
 }
 
@@ -159,19 +106,19 @@ static void sync_ranks(struct rank *r)
 {
 	uint64_t v = 0;
 	void *q = r->req[WINDOW];
-	int rc = r->me == 0 ? O->isend(r->ctx, q, 1, TAG_SYNC, &v, sizeof v,
-				       DPL_MEM_HOST)
-			    : O->irecv(r->ctx, q, 0, TAG_SYNC, &v, sizeof v,
-				       DPL_MEM_HOST);
+	int rc = r->me == 0 ? dpl_transport_isend(r->t, q, 1, TAG_SYNC, &v,
+						  sizeof v, DPL_MEM_HOST)
+			    : dpl_transport_irecv(r->t, q, 0, TAG_SYNC, &v,
+						  sizeof v, DPL_MEM_HOST);
 
 	if (rc != 0 || (rc = wait_req(r, q)) != 0)
-		die("sync", rc);
-	rc = r->me == 1 ? O->isend(r->ctx, q, 0, TAG_SYNC, &v, sizeof v,
-				   DPL_MEM_HOST)
-			: O->irecv(r->ctx, q, 1, TAG_SYNC, &v, sizeof v,
-				   DPL_MEM_HOST);
+		probe_die("sync", rc);
+	rc = r->me == 1 ? dpl_transport_isend(r->t, q, 0, TAG_SYNC, &v,
+					      sizeof v, DPL_MEM_HOST)
+			: dpl_transport_irecv(r->t, q, 1, TAG_SYNC, &v,
+					      sizeof v, DPL_MEM_HOST);
 	if (rc != 0 || (rc = wait_req(r, q)) != 0)
-		die("sync", rc);
+		probe_die("sync", rc);
 }
 
 /* Ping-pong: rank 0 posts its receive, sends, waits for both; rank 1
@@ -188,23 +135,23 @@ static struct answer pingpong(struct rank *r, size_t len)
 
 	sync_ranks(r);
 	for (i = -LAT_WARMUP; i < LAT_ITERS; i++) {
-		rc = O->irecv(r->ctx, rq, peer, TAG_PING, r->rbuf, len,
-			      DPL_MEM_HOST);
+		rc = dpl_transport_irecv(r->t, rq, peer, TAG_PING, r->rbuf,
+					 len, DPL_MEM_HOST);
 		if (rc != 0)
-			die("irecv", rc);
+			probe_die("irecv", rc);
 		if (r->me == 1 && (rc = wait_req(r, rq)) != 0)
-			die("ping", rc);
-		rc = O->isend(r->ctx, sq, peer, TAG_PING, r->sbuf, len,
-			      DPL_MEM_HOST);
+			probe_die("ping", rc);
+		rc = dpl_transport_isend(r->t, sq, peer, TAG_PING, r->sbuf,
+					 len, DPL_MEM_HOST);
 		if (rc != 0)
-			die("isend", rc);
+			probe_die("isend", rc);
 		if ((rc = wait_req(r, sq)) != 0)
-			die("send", rc);
+			probe_die("send", rc);
 		if (r->me == 1)
 			continue;
 		if ((rc = wait_req(r, rq)) != 0)
-			die("pong", rc);
-		t = now_ns();
+			probe_die("pong", rc);
+		t = dpl_clock_ns();
 		if (i >= 0) {
 			sample[i] = (double)(t - t0) / 2e3;
 			sum += sample[i];
@@ -227,38 +174,46 @@ static double stream(struct rank *r, size_t len, int iters)
 	uint64_t t0;
 
 	sync_ranks(r);
-	t0 = now_ns();
+	t0 = dpl_clock_ns();
 	while (done < iters) {
 		while (posted < iters && posted - done < WINDOW) {
 			void *q = r->req[posted % WINDOW];
 
-			rc = r->me == 0 ? O->isend(r->ctx, q, 1, TAG_DATA, buf,
-						   len, DPL_MEM_HOST)
-					: O->irecv(r->ctx, q, 0, TAG_DATA, buf,
-						   len, DPL_MEM_HOST);
+			rc = r->me == 0
+				     ? dpl_transport_isend(r->t, q, 1, TAG_DATA,
+							   buf, len,
+							   DPL_MEM_HOST)
+				     : dpl_transport_irecv(r->t, q, 0, TAG_DATA,
+							   buf, len,
+							   DPL_MEM_HOST);
 			if (rc != 0)
-				die("stream post", rc);
+				probe_die("stream post", rc);
 			posted++;
 		}
-		rc = O->test(r->ctx, r->req[done % WINDOW]);
+		rc = dpl_transport_test(r->t, r->req[done % WINDOW]);
 		if (rc == DPL_EAGAIN) {
-			O->progress(r->ctx);
+			dpl_transport_progress(r->t);
 			continue;
 		}
 		if (rc != 0)
-			die("stream", rc);
+			probe_die("stream", rc);
 		done++;
 	}
 	sync_ranks(r); /* rank 1 has everything */
-	return (double)len * iters / ((double)(now_ns() - t0) / 1e9) /
+	return (double)len * iters / ((double)(dpl_clock_ns() - t0) / 1e9) /
 	       (1 << 20);
 }
 
-/* A rank: open, then run the driver's commands until CMD_QUIT. */
+/* A rank: meet the other at `root`, open the transport with that
+ * rendezvous as its out-of-band exchange, then run the driver's commands
+ * until CMD_QUIT. */
 static void rank_main(uint32_t me, const char *root, size_t maxlen,
 		      int cmd_fd, int ans_fd)
 {
+	struct dpl_bootstrap_params bp = {0};
 	struct dpl_transport_params p = {0};
+	struct dpl_oob oob;
+	dpl_bootstrap *b;
 	dpl_transport *t;
 	struct rank r;
 	struct cmd c;
@@ -266,24 +221,33 @@ static void rank_main(uint32_t me, const char *root, size_t maxlen,
 
 	p.rank = me;
 	p.world_size = 2;
-	p.bootstrap = root;
 	/* The ranks sleep while ucx_perftest runs: a long liveness
 	 * timeout keeps that from looking like a failure. */
 	p.timeout_ms = 600000;
-	if ((rc = dpl_transport_open(O, &p, &t)) != 0)
-		die("open", rc);
+	bp.rank = me;
+	bp.world_size = 2;
+	bp.root = root;
+	bp.timeout_ms = p.timeout_ms;
+	if ((rc = dpl_bootstrap_open(&bp, &b)) != 0)
+		probe_die("rendezvous", rc);
+	dpl_bootstrap_oob(b, &oob);
+	p.oob = &oob;
+	rc = dpl_transport_open(O, &p, &t);
+	dpl_bootstrap_close(b);
+	if (rc != 0)
+		probe_die("open", rc);
 	memset(&r, 0, sizeof r);
 	r.me = me;
-	r.ctx = dpl_transport_ctx(t);
+	r.t = t;
 	for (i = 0; i < WINDOW + 2; i++) {
 		r.req[i] = aligned_alloc(64, (O->req_size + 63) / 64 * 64);
 		if (r.req[i] == NULL)
-			die("request storage", DPL_ENOMEM);
+			probe_die("request storage", DPL_ENOMEM);
 	}
 	r.sbuf = aligned_alloc(4096, maxlen);
 	r.rbuf = aligned_alloc(4096, maxlen);
 	if (r.sbuf == NULL || r.rbuf == NULL)
-		die("buffers", DPL_ENOMEM);
+		probe_die("buffers", DPL_ENOMEM);
 	memset(r.sbuf, 0x2a, maxlen);
 	memset(r.rbuf, 0x15, maxlen);
 	while (read(cmd_fd, &c, sizeof c) == (ssize_t)sizeof c &&
@@ -298,7 +262,7 @@ static void rank_main(uint32_t me, const char *root, size_t maxlen,
 		}
 		if (me == 0 && write(ans_fd, &ans, sizeof ans) !=
 				       (ssize_t)sizeof ans)
-			die("answer", DPL_EIO);
+			probe_die("answer", DPL_EIO);
 	}
 	dpl_transport_close(t);
 	for (i = 0; i < WINDOW + 2; i++)
@@ -319,16 +283,16 @@ static void pair_start(struct pair *pr, size_t maxlen)
 	char root[32];
 	uint32_t me;
 
-	snprintf(root, sizeof root, "127.0.0.1:%u", pick_port());
+	snprintf(root, sizeof root, "127.0.0.1:%u", probe_pick_port());
 	if (pipe(afd) != 0)
-		die("pipe", DPL_EIO);
+		probe_die("pipe", DPL_EIO);
 	fflush(NULL);
 	for (me = 0; me < 2; me++) {
 		if (pipe(cfd[me]) != 0)
-			die("pipe", DPL_EIO);
+			probe_die("pipe", DPL_EIO);
 		pr->pid[me] = fork();
 		if (pr->pid[me] < 0)
-			die("fork", DPL_EIO);
+			probe_die("fork", DPL_EIO);
 		if (pr->pid[me] == 0) {
 			close(cfd[me][1]);
 			close(afd[0]);
@@ -351,9 +315,9 @@ static struct answer pair_run(struct pair *pr, enum cmd_kind kind,
 
 	for (me = 0; me < 2; me++)
 		if (write(pr->cmd[me], &c, sizeof c) != (ssize_t)sizeof c)
-			die("command", DPL_EIO);
+			probe_die("command", DPL_EIO);
 	if (read(pr->ans, &ans, sizeof ans) != (ssize_t)sizeof ans)
-		die("rank 0 gave no answer", DPL_EIO);
+		probe_die("rank 0 gave no answer", DPL_EIO);
 	return ans;
 }
 
@@ -365,80 +329,14 @@ static void pair_stop(struct pair *pr)
 		struct cmd c = {CMD_QUIT, 0};
 
 		if (write(pr->cmd[me], &c, sizeof c) != (ssize_t)sizeof c)
-			die("command", DPL_EIO);
+			probe_die("command", DPL_EIO);
 		close(pr->cmd[me]);
 	}
 	for (me = 0; me < 2; me++)
 		if (waitpid(pr->pid[me], &status, 0) != pr->pid[me] ||
 		    !WIFEXITED(status) || WEXITSTATUS(status) != 0)
-			die("a rank failed", DPL_EIO);
+			probe_die("a rank failed", DPL_EIO);
 	close(pr->ans);
-}
-
-/* ---- ucx_perftest ------------------------------------------------------ */
-
-static pid_t spawn(char *const argv[], const char *tls, int out_fd)
-{
-	pid_t pid = fork();
-
-	if (pid == 0) {
-		int null = open("/dev/null", O_WRONLY);
-
-		dup2(out_fd >= 0 ? out_fd : null, STDOUT_FILENO);
-		dup2(null, STDERR_FILENO);
-		if (tls != NULL)
-			setenv("UCX_TLS", tls, 1);
-		setenv("UCX_NET_DEVICES", "lo", 1);
-		execvp(argv[0], argv);
-		_exit(127);
-	}
-	return pid;
-}
-
-/*
- * One ucx_perftest client run against a fresh server; its CSV line
- * "iterations,p50_lat,avg_lat,overall_lat,avg_bw,overall_bw,..." goes to
- * v[0..8). Returns 0, or -1 when the tool is missing or failed.
- */
-static int perftest(const char *tls, const char *test, size_t len,
-		    int iters, double v[8])
-{
-	char port[16], size[32], n[16], w[16], line[512];
-	char *srv[] = {"ucx_perftest", "-p", port, NULL};
-	char *cli[] = {"ucx_perftest", "127.0.0.1", "-p", port, "-t",
-		       (char *)test, "-s", size, "-n", n, "-w", w, "-f",
-		       "-v", NULL};
-	int attempt, fds[2], status, got = -1;
-	pid_t s, c;
-
-	snprintf(port, sizeof port, "%u", pick_port());
-	snprintf(size, sizeof size, "%zu", len);
-	snprintf(n, sizeof n, "%d", iters);
-	snprintf(w, sizeof w, "%d", iters / 8 + 1);
-	s = spawn(srv, tls, -1);
-	for (attempt = 0; attempt < 50 && got != 0; attempt++) {
-		FILE *f;
-
-		nanosleep(&(struct timespec){0, 50000000}, NULL);
-		if (pipe(fds) != 0)
-			break;
-		c = spawn(cli, tls, fds[1]);
-		close(fds[1]);
-		f = fdopen(fds[0], "r");
-		while (f != NULL && fgets(line, sizeof line, f) != NULL)
-			if (sscanf(line, "%lf,%lf,%lf,%lf,%lf,%lf,%lf,%lf",
-				   &v[0], &v[1], &v[2], &v[3], &v[4], &v[5],
-				   &v[6], &v[7]) == 8)
-				got = 0;
-		if (f != NULL)
-			fclose(f);
-		waitpid(c, &status, 0);
-		if (WIFEXITED(status) && WEXITSTATUS(status) == 127)
-			break; /* not installed */
-	}
-	kill(s, SIGTERM);
-	waitpid(s, &status, 0);
-	return got;
 }
 
 /* ---- driver ------------------------------------------------------------ */
@@ -494,13 +392,6 @@ static void parse(int argc, char **argv, struct opts *o)
 	}
 }
 
-/* One row: medians over the runs of dpl and of ucx_perftest. */
-struct row {
-	bool lat;
-	size_t len;
-	double dpl_a, dpl_b, pt_a, pt_b; /* pt_* < 0: not measured */
-};
-
 static void measure(struct pair *pr, const struct opts *o, bool lat,
 		    size_t len, struct row *row)
 {
@@ -514,8 +405,8 @@ static void measure(struct pair *pr, const struct opts *o, bool lat,
 		db[k] = a.b;
 		if (!o->perftest)
 			continue;
-		if (perftest(o->tls, lat ? "tag_lat" : "tag_bw", len,
-			     lat ? LAT_ITERS : bw_iters(len), v) == 0) {
+		if (probe_perftest(o->tls, lat ? "tag_lat" : "tag_bw", len,
+				   lat ? LAT_ITERS : bw_iters(len), v) == 0) {
 			pa[np] = lat ? v[1] : v[5];
 			pb[np] = v[2];
 			np++;
@@ -529,57 +420,13 @@ static void measure(struct pair *pr, const struct opts *o, bool lat,
 	row->pt_b = np ? median(pb, np) : -1;
 }
 
-/* The bandwidth ratios at >= 64 KiB in one figure. */
-struct summary {
-	int n;
-	double geo, low;
-};
-
-static void summarise(const struct row *rows, int nrows, struct summary *s)
-{
-	double logsum = 0;
-	int i;
-
-	s->n = 0;
-	s->low = 0;
-	for (i = NLAT; i < nrows; i++) {
-		double r;
-
-		if (rows[i].len < 65536 || rows[i].pt_a <= 0)
-			continue;
-		r = rows[i].dpl_a / rows[i].pt_a;
-		logsum += log(r);
-		if (s->n == 0 || r < s->low)
-			s->low = r;
-		s->n++;
-	}
-	s->geo = s->n ? exp(logsum / s->n) : 0;
-}
-
-/* The first three fields of /proc/loadavg, or "?". */
-static void load_average(char *buf, size_t size)
-{
-	FILE *f = fopen("/proc/loadavg", "r");
-	double a, b, c;
-
-	if (f != NULL && fscanf(f, "%lf %lf %lf", &a, &b, &c) == 3)
-		snprintf(buf, size, "%.2f %.2f %.2f", a, b, c);
-	else
-		snprintf(buf, size, "?");
-	if (f != NULL)
-		fclose(f);
-}
-
 int main(int argc, char **argv)
 {
 	static struct row rows[NLAT + NSIZES_MAX];
-	struct summary sum;
-	char load[64];
 	struct pair pr;
 	struct opts o;
 	int i, nrows = 0;
 	size_t len;
-	FILE *js;
 
 	parse(argc, argv, &o);
 	if (o.tls != NULL)
@@ -587,84 +434,9 @@ int main(int argc, char **argv)
 	signal(SIGPIPE, SIG_IGN);
 	pair_start(&pr, o.max_size < 65536 ? 65536 : o.max_size);
 	for (i = 0; i < NLAT; i++)
-		measure(&pr, &o, true, lat_sizes[i], &rows[nrows++]);
+		measure(&pr, &o, true, probe_lat_sizes[i], &rows[nrows++]);
 	for (len = 8; len <= o.max_size; len *= 2)
 		measure(&pr, &o, false, len, &rows[nrows++]);
 	pair_stop(&pr);
-	load_average(load, sizeof load);
-
-	printf("UCX transport probe: UCX_TLS=%s UCX_NET_DEVICES=lo, medians "
-	       "of %d runs%s\n\n", o.tls ? o.tls : "(default)", o.runs,
-	       o.perftest ? ", each beside a ucx_perftest run" : "");
-	printf("%-10s %11s %11s %11s %11s %7s\n", "latency", "dpl p50 us",
-	       "dpl avg us", "perf p50", "perf avg", "ratio");
-	for (i = 0; i < NLAT; i++) {
-		struct row *w = &rows[i];
-
-		printf("%-10zu %11.3f %11.3f", w->len, w->dpl_a, w->dpl_b);
-		if (w->pt_a > 0)
-			printf(" %11.3f %11.3f %7.2f", w->pt_a, w->pt_b,
-			       w->dpl_a / w->pt_a);
-		printf("\n");
-	}
-	printf("\n%-10s %11s %11s %7s\n", "bandwidth", "dpl MiB/s",
-	       "perf MiB/s", "ratio");
-	for (i = NLAT; i < nrows; i++) {
-		struct row *w = &rows[i];
-
-		printf("%-10zu %11.1f", w->len, w->dpl_a);
-		if (w->pt_a > 0)
-			printf(" %11.1f %7.2f", w->pt_a, w->dpl_a / w->pt_a);
-		printf("\n");
-	}
-	if (o.perftest && rows[0].pt_a < 0)
-		printf("\n(ucx_perftest did not run: install ucx-utils)\n");
-	summarise(rows, nrows, &sum);
-	if (sum.n > 0)
-		printf("\nbandwidth >= 64 KiB over %d sizes: geometric mean "
-		       "ratio %.2f, lowest %.2f\n", sum.n, sum.geo, sum.low);
-	if (rows[0].pt_a > 0)
-		printf("latency 8 B: ratio %.2f\n", rows[0].dpl_a / rows[0].pt_a);
-	printf("load average at the end: %s\n", load);
-
-	js = fopen(o.json, "w");
-	if (js == NULL) {
-		fprintf(stderr, "transport_ucx_probe: cannot write %s: %s\n",
-			o.json, strerror(errno));
-		return 1;
-	}
-	fprintf(js, "{\n  \"benchmark\": \"transport_ucx_probe\",\n"
-		"  \"ucx_tls\": \"%s\",\n  \"runs\": %d,\n  \"window\": %d,\n"
-		"  \"load_average\": \"%s\",\n", o.tls ? o.tls : "", o.runs,
-		WINDOW, load);
-	if (sum.n > 0)
-		fprintf(js, "  \"bw_ratio_geomean_64k_up\": %.4f,\n"
-			"  \"bw_ratio_min_64k_up\": %.4f,\n", sum.geo, sum.low);
-	fprintf(js, "  \"latency_us\": [\n");
-	for (i = 0; i < NLAT; i++) {
-		struct row *w = &rows[i];
-
-		fprintf(js, "    {\"size\": %zu, \"dpl_p50\": %.4f, "
-			"\"dpl_avg\": %.4f", w->len, w->dpl_a, w->dpl_b);
-		if (w->pt_a > 0)
-			fprintf(js, ", \"perftest_p50\": %.4f, "
-				"\"perftest_avg\": %.4f, \"ratio_p50\": %.4f",
-				w->pt_a, w->pt_b, w->dpl_a / w->pt_a);
-		fprintf(js, "}%s\n", i + 1 < NLAT ? "," : "");
-	}
-	fprintf(js, "  ],\n  \"bandwidth_mib_s\": [\n");
-	for (i = NLAT; i < nrows; i++) {
-		struct row *w = &rows[i];
-
-		fprintf(js, "    {\"size\": %zu, \"dpl\": %.2f", w->len,
-			w->dpl_a);
-		if (w->pt_a > 0)
-			fprintf(js, ", \"perftest\": %.2f, \"ratio\": %.4f",
-				w->pt_a, w->dpl_a / w->pt_a);
-		fprintf(js, "}%s\n", i + 1 < nrows ? "," : "");
-	}
-	fprintf(js, "  ]\n}\n");
-	fclose(js);
-	printf("\nwrote %s\n", o.json);
-	return 0;
+	return probe_report(&o, rows, nrows);
 }

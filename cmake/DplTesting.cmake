@@ -1,3 +1,10 @@
+# Helpers every test may include (tests/support: loopback ports, forked
+# ranks, schedule utilities, the reference replay).
+if(NOT TARGET dpl_test_support)
+  add_library(dpl_test_support INTERFACE)
+  target_include_directories(dpl_test_support INTERFACE ${PROJECT_SOURCE_DIR}/tests/support)
+endif()
+
 # dpl_test_uses_cli(target): the test runs the `dpl` binary; it gets
 # DPL_CLI_PATH and a build dependency once bindings/cli is configured.
 function(dpl_test_uses_cli target)
@@ -10,10 +17,10 @@ endfunction()
 function(dpl_add_test)
   cmake_parse_arguments(T "" "NAME;TIMEOUT" "SOURCES;LIBS" ${ARGN})
   add_executable(${T_NAME} ${T_SOURCES})
-  target_link_libraries(${T_NAME} PRIVATE ${T_LIBS} PkgConfig::CRITERION $<BUILD_INTERFACE:dpl_warnings>)
+  target_link_libraries(${T_NAME} PRIVATE ${T_LIBS} dpl_test_support PkgConfig::CRITERION $<BUILD_INTERFACE:dpl_warnings>)
   target_compile_definitions(${T_NAME} PRIVATE
     DPL_PROFILES_DIR="${DPL_PROFILES_DIR}"
-    DPL_TEST_DATA_DIR="${CMAKE_CURRENT_SOURCE_DIR}/data"
+    DPL_TEST_DATA_DIR="${PROJECT_SOURCE_DIR}/tests/data"
     DPL_BINARY_DIR="${CMAKE_BINARY_DIR}")
   add_test(NAME ${T_NAME} COMMAND ${T_NAME} --jobs=2
            --xml=${CMAKE_CURRENT_BINARY_DIR}/${T_NAME}.xml)

@@ -2,18 +2,20 @@
 # project against it twice: through find_package(dpl) and through dpl.pc.
 # Run with -DBUILD_DIR=... -DSOURCE_DIR=... -DWORK_DIR=...
 file(REMOVE_RECURSE ${WORK_DIR})
+unset(ENV{LD_LIBRARY_PATH})
 execute_process(COMMAND ${CMAKE_COMMAND} --install ${BUILD_DIR} --prefix ${WORK_DIR}/prefix
                 RESULT_VARIABLE rc OUTPUT_QUIET)
 if(rc)
   message(FATAL_ERROR "cmake --install failed: ${rc}")
 endif()
-foreach(f include/dpl/dpl.h include/dpl/schedule.h)
+foreach(f include/dpl/dpl.h include/dpl/schedule.h include/dpl/transport_inproc.h include/dpl/sim.h)
   if(NOT EXISTS ${WORK_DIR}/prefix/${f})
     message(FATAL_ERROR "not installed: ${f}")
   endif()
 endforeach()
-execute_process(COMMAND ${CMAKE_COMMAND} -S ${SOURCE_DIR}/libsched/tests/consumer
+execute_process(COMMAND ${CMAKE_COMMAND} -S ${SOURCE_DIR}/tests/consumer
                 -B ${WORK_DIR}/cmake-build -DCMAKE_PREFIX_PATH=${WORK_DIR}/prefix
+                -DCMAKE_DISABLE_FIND_PACKAGE_MPI=ON
                 RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE out)
 if(rc)
   message(FATAL_ERROR "find_package(dpl) consumer configure failed:\n${out}")
@@ -39,22 +41,32 @@ set(static_flag "")
 if(NOT _shared)
   set(static_flag --static)
 endif()
-execute_process(COMMAND ${PKG_CONFIG} ${static_flag} --cflags --libs dpl OUTPUT_VARIABLE flags
+execute_process(COMMAND ${PKG_CONFIG} ${static_flag} --cflags --libs dpl dpl-sim dpl-transport-inproc OUTPUT_VARIABLE flags
                 RESULT_VARIABLE rc OUTPUT_STRIP_TRAILING_WHITESPACE)
 if(rc)
   message(FATAL_ERROR "pkg-config dpl failed")
 endif()
 separate_arguments(flags UNIX_COMMAND "${flags}")
-execute_process(COMMAND cc -std=c11 ${SOURCE_DIR}/libsched/tests/consumer/main.c ${flags}
-                -o ${WORK_DIR}/pc-consumer RESULT_VARIABLE rc ERROR_VARIABLE out)
+execute_process(COMMAND cc -std=c11 ${SOURCE_DIR}/tests/consumer/main.c ${flags}
+                -pthread -o ${WORK_DIR}/pc-consumer RESULT_VARIABLE rc ERROR_VARIABLE out)
 if(rc)
   message(FATAL_ERROR "pkg-config consumer build failed:\n${out}")
 endif()
-file(GLOB libdirs ${WORK_DIR}/prefix/lib*)
-string(REPLACE ";" ":" libpath "${libdirs};${WORK_DIR}/prefix/lib/x86_64-linux-gnu")
-set(ENV{LD_LIBRARY_PATH} "${libpath}")
+# Both consumers run without LD_LIBRARY_PATH: RUNPATH finds the prefix.
+unset(ENV{LD_LIBRARY_PATH})
 execute_process(COMMAND ${WORK_DIR}/pc-consumer RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE out)
 if(rc)
   message(FATAL_ERROR "consumer (pkg-config) failed: ${out}")
 endif()
 message(STATUS "pkg-config consumer: ${out}")
+
+# Installed programs find their libraries too (RUNPATH $ORIGIN/../lib).
+file(GLOB _dpl_bin ${WORK_DIR}/prefix/bin/dpl)
+if(_dpl_bin)
+  execute_process(COMMAND ${_dpl_bin} schedule --stages 2 --microbatches 2 --policy 1f1b
+                  RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE out)
+  if(rc)
+    message(FATAL_ERROR "installed dpl does not run without LD_LIBRARY_PATH: ${out}")
+  endif()
+  message(STATUS "installed dpl runs: ok")
+endif()

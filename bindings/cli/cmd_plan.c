@@ -6,6 +6,7 @@
 
 #include <dpl/dpl.h>
 #include <dpl/json.h>
+#include <dpl/plan.h>
 
 #include "cli.h"
 

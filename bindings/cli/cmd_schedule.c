@@ -2,7 +2,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <dpl/csv.h>
 #include <dpl/json.h>
+#include <dpl/sim.h>
 
 #include "sched_opts.h"
 

@@ -5,6 +5,8 @@
 
 #include <cjson/cJSON.h>
 #include <dpl/json.h>
+#include <dpl/plan.h>
+#include <dpl/sim.h>
 
 #include "sched_opts.h"
 

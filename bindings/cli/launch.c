@@ -21,6 +21,7 @@
 #include <arpa/inet.h>
 #include <dirent.h>
 
+#include <dpl/backend.h>
 #ifdef DPL_HAVE_MPI
 #include <dpl/bootstrap_mpi.h>
 #endif
@@ -36,12 +37,10 @@ static void on_stop(int sig)
 	stop_signal = sig;
 }
 
+/* Seconds of the monotonic clock. */
 static double now_s(void)
 {
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+	return (double)dpl_clock_ns() / 1e9;
 }
 
 /* A port on 127.0.0.1 nobody listens on right now. */
@@ -116,7 +115,7 @@ static int mpi_join(const char *cmd, const char *var)
 				    &rank, &world);
 	if (rc != 0)
 		fprintf(stderr, "dpl %s: %s\n", cmd, dpl_last_error());
-	/* MPI's part is over: the transports meet on their own. */
+	/* MPI's part is over: the command's bootstrap meets at the root. */
 	MPI_Finalize();
 	if (rc != 0)
 		return CLI_FAIL;

@@ -49,7 +49,8 @@ int cli_launch_run(const char *cmd, const struct cli_launch *p);
  * with it, the ranks agree on a root over MPI_COMM_WORLD
  * (dpl_bootstrap_mpi_root), then finalise MPI, and this process's
  * environment gets DPL_RANK, DPL_WORLD_SIZE and DPL_ROOT, so that the
- * transports meet as under any other launcher. *found says whether the
+ * command's one rendezvous (dpl_bootstrap, train_procs.c) meets there as
+ * under any other launcher. *found says whether the
  * environment names a rank. Returns CLI_OK, CLI_USAGE after printing
  * which variable is malformed, or CLI_FAIL after printing why the ranks
  * could not agree (or that this dpl has no MPI).

@@ -2,6 +2,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <dpl/csv.h>
 #include <dpl/json.h>
 
 #include "sched_opts.h"

@@ -1,23 +1,41 @@
 /*
  * harness.h - the conformance battery's world: ranks as forked processes
  * (or as threads for in-process transports), a barrier and flags in
- * shared memory, bounded waits, and the checks every call goes through.
+ * shared memory, bounded waits, the host side of the rendezvous, and the
+ * checks every call goes through.
  *
- * The battery is written against dpl/transport.h only. A test describes a
- * job (world size, what each rank does) and conf_run() starts the ranks,
- * waits for them with a deadline and reports the first failure through
- * Criterion in the test process. Rank code never uses Criterion's asserts:
- * it calls conf_expect()/conf_fail(), which record the failure, stop the
- * rank and make the other ranks give up at their next wait.
+ * The battery is written against dpl/transport.h: every post, test,
+ * progress, cancel and wait goes through the checked layer
+ * (dpl_transport_isend() and its siblings), never through the table. The
+ * battery plays the host: in a job of processes each rank opens dpl's
+ * bootstrap (dpl/bootstrap.h) on the job's loopback root and hands its
+ * out-of-band exchange to init (params.oob); ranks that are threads of
+ * an in-process transport meet through params.world instead.
+ *
+ * A test describes a job (world size, what each rank does) and conf_run()
+ * starts the ranks, waits for them with a deadline and reports the first
+ * failure through Criterion in the test process. Rank code never uses
+ * Criterion's asserts: it calls conf_expect()/conf_fail(), which record
+ * the failure, stop the rank and make the other ranks give up at their
+ * next wait.
  *
  * What a backend needs from its registration comes from the environment
- * (see README.md): DPL_CONF_RANKS (processes|threads), DPL_CONF_BOOTSTRAP
- * (tcp|name), DPL_CONF_OPTIONS, and the numbers of the size, time and
- * leak checks.
+ * (see ../README.md): DPL_CONF_RANKS (processes|threads),
+ * DPL_CONF_BOOTSTRAP (tcp|name), DPL_CONF_OPTIONS, and the numbers of the
+ * size, time and leak checks.
+ *
+ * The harness's sources, one job each: harness_env.c (knobs, the table,
+ * meeting points), harness_rank.c (a rank's report, failure and memory),
+ * harness_calls.c (checked calls, bounded waits, barriers),
+ * harness_msg.c (request sets, exchanges, data patterns),
+ * harness_open.c (the host's exchange, opening and closing),
+ * harness_run.c (launching and supervising the ranks of a job),
+ * harness_proc.c (process state for the leak checks).
  */
 #ifndef DPL_CONF_HARNESS_H
 #define DPL_CONF_HARNESS_H
 
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
@@ -29,11 +47,12 @@
 #define CONF_FLAGS 32
 #define CONF_BLOB (256 * 1024)
 
-/* How the ranks of a job meet. */
+/* How the ranks of a job meet (DPL_CONF_BOOTSTRAP). */
 enum conf_boot {
-	CONF_BOOT_TCP,  /* "127.0.0.1:<free port>" of rank 0 */
-	CONF_BOOT_NAME, /* a name unique to the job */
-	CONF_BOOT_ENV   /* NULL, with DPL_RANK/DPL_WORLD_SIZE/DPL_ROOT set */
+	CONF_BOOT_TCP, /* dpl's bootstrap on "127.0.0.1:<free port>";
+			  params.oob is its exchange */
+	CONF_BOOT_NAME /* params.world is a name unique to the job;
+			  params.oob is NULL */
 };
 
 /* One rank's report, in shared memory. */
@@ -52,9 +71,27 @@ struct conf_world {
 	atomic_uint gen;
 	atomic_int abort;             /* a rank failed: everyone gives up */
 	atomic_long flag[CONF_FLAGS]; /* test-specific signals */
-	char boot[256];               /* the bootstrap string of the job */
+	char boot[256];               /* the job's meeting point: the
+					 bootstrap's root or the world name */
 	struct conf_slot slot[CONF_MAX_RANKS];
 	_Alignas(64) unsigned char blob[CONF_BLOB]; /* test-specific data */
+};
+
+/*
+ * The exchange the battery hands to init: it forwards to the real one
+ * (dpl's bootstrap, or a test's own) while init runs and records every
+ * use the contract forbids (a call after init returned, from another
+ * thread than the one in dpl_transport_open(), a blob outside
+ * 1..DPL_OOB_BLOB_MAX bytes). The rank fails with that record.
+ */
+struct conf_oob {
+	struct dpl_oob oob;          /* what params.oob points to */
+	const struct dpl_oob *inner; /* forwarded to while init runs */
+	pthread_t thread;            /* the thread in dpl_transport_open */
+	atomic_int in_init;          /* 1 while dpl_transport_open runs */
+	atomic_uint calls;           /* allgathers and barriers forwarded */
+	atomic_int noted;            /* bad[] holds a violation */
+	char bad[256];               /* the first violation, or "" */
 };
 
 /* What rank code works with. */
@@ -64,11 +101,11 @@ struct conf_rank {
 	uint32_t size;
 	const struct dpl_transport_ops *ops;
 	dpl_transport *t; /* the open context, or NULL */
-	void *ctx;        /* dpl_transport_ctx(t) */
 	void *arg;        /* the test's argument */
 	uint64_t deadline_ns;
 	void *mem[64];    /* allocations freed when the rank ends */
 	unsigned nmem;
+	struct conf_oob oob; /* the guard of the rank's opens */
 };
 
 typedef void (*conf_rank_fn)(struct conf_rank *rk);
@@ -82,8 +119,8 @@ struct conf_job {
 	uint32_t timeout_ms;  /* params.timeout_ms; 0 = conf_timeout_ms() */
 	unsigned deadline_s;  /* whole job; 0 = 60 */
 	uint32_t may_die;     /* ranks (bit mask) allowed to die by SIGKILL */
-	const char *boot;     /* reuse this bootstrap string, or NULL */
-	char boot_used[256];  /* out: the bootstrap string of the job */
+	const char *boot;     /* reuse this meeting point, or NULL */
+	char boot_used[256];  /* out: the meeting point of the job */
 	double val[CONF_MAX_RANKS][16]; /* out: the ranks' numbers */
 };
 
@@ -108,12 +145,31 @@ bool conf_has(uint64_t cap);
  */
 void conf_run(struct conf_job *job);
 
-/* Rank-side calls. */
-void conf_open(struct conf_rank *rk);   /* open with the job's bootstrap */
+/* Open with the job's meeting point and timeout; fails the rank on error. */
+void conf_open(struct conf_rank *rk);
+/*
+ * conf_try_open - open rank `rank` of `size` at the meeting point `boot`
+ * the way the registration says: with DPL_CONF_BOOTSTRAP=tcp, open dpl's
+ * bootstrap on root `boot` (it waits for every rank of `size`), hand its
+ * exchange to init and close it once dpl_transport_open returned; with
+ * name, params.world = boot and no exchange. Returns the bootstrap's
+ * error when the ranks did not meet, else dpl_transport_open's.
+ */
 int conf_try_open(struct conf_rank *rk, const char *boot, uint32_t rank,
 		  uint32_t size, uint32_t timeout_ms, dpl_transport **out);
+/*
+ * conf_open_with - dpl_transport_open with the exchange `oob` (NULL for
+ * none; wrapped in the rank's guard, struct conf_oob) and the world name
+ * `world` (may be NULL). A forbidden use of the exchange fails the rank.
+ */
+int conf_open_with(struct conf_rank *rk, const struct dpl_oob *oob,
+		   const char *world, uint32_t rank, uint32_t size,
+		   uint32_t timeout_ms, dpl_transport **out);
+/* An exchange of a world of one rank, in memory: allgather copies the
+ * rank's own bytes, barrier returns; for checks that need no peers. */
+const struct dpl_oob *conf_solo_oob(void);
 void conf_close(struct conf_rank *rk);
-/* rank 0 picks a fresh bootstrap string for the next job of the same
+/* rank 0 picks a fresh meeting point for the next job of the same
  * ranks; every rank calls it (it is a barrier). */
 void conf_new_boot(struct conf_rank *rk);
 
@@ -234,7 +290,7 @@ int conf_shm_new(const char *before, const char *now, char *buf,
  * otherwise returns false and describes the first bad one in `why`. */
 bool conf_sockets_loopback(char *why, size_t size, int *nsockets);
 
-uint64_t conf_now_ns(void);
+/* Sleep, resuming after signals. Clocks are dpl_clock_ns(). */
 void conf_sleep_ms(unsigned ms);
 
 /* Skip unless the backend declares a capability. */
@@ -243,6 +299,14 @@ void conf_sleep_ms(unsigned ms);
 		if (!conf_has(cap))                                          \
 			cr_skip_test("%s does not declare %s (%s)",          \
 				     conf_ops()->name, #cap, what);          \
+	} while (0)
+
+/* Skip unless the table has the optional member (DPL_HAS_OP). */
+#define CONF_REQUIRE_OP(member, what)                                        \
+	do {                                                                 \
+		if (!DPL_HAS_OP(conf_ops(), member))                         \
+			cr_skip_test("%s has no %s (%s)", conf_ops()->name,  \
+				     #member, what);                         \
 	} while (0)
 
 #define CONF_REQUIRE_PROCESSES(why)                                          \

@@ -2,7 +2,9 @@
  * main.c - the conformance runner's command line: Criterion's options plus
  *   --transport PATH.so|NAME  load the module through dpl_transport_load()
  *   --ranks processes|threads how the ranks of a job run
- *   --bootstrap tcp|name      what the bootstrap string of a job is
+ *   --bootstrap tcp|name      how they meet: dpl's bootstrap on a loopback
+ *                             root, its exchange in params.oob (tcp), or
+ *                             a world name in params.world (name)
  *   --options STRING          the backend's options for every init
  * Each sets the DPL_CONF_* variable of the same meaning, so the tests
  * (which Criterion runs in fresh processes) see it.

@@ -77,9 +77,9 @@ static void posted_rank(struct conf_rank *rk)
 	conf_recv(rk, conf_req(rk, rq, 3), 0, 4, bb, big, NULL);
 	conf_progress_for(rk, 10);
 	conf_step(rk, "cancelling the middle receive and the large one");
-	check_cancel_rc(rk, rk->ops->cancel(rk->ctx, conf_req(rk, rq, 1)),
+	check_cancel_rc(rk, dpl_transport_cancel(rk->t, conf_req(rk, rq, 1)),
 			"a posted receive");
-	check_cancel_rc(rk, rk->ops->cancel(rk->ctx, conf_req(rk, rq, 3)),
+	check_cancel_rc(rk, dpl_transport_cancel(rk->t, conf_req(rk, rq, 3)),
 			"a posted 1 MiB receive");
 	rc = conf_wait(rk, conf_req(rk, rq, 1), "a cancelled receive");
 	conf_expect(rk, rc == DPL_ECANCELED,
@@ -176,7 +176,8 @@ static void race_rank(struct conf_rank *rk)
 		conf_step(rk, "round %u: cancel after %u progress calls", k,
 			  spins);
 		check_cancel_rc(rk,
-				rk->ops->cancel(rk->ctx, conf_req(rk, rq, 0)),
+				dpl_transport_cancel(rk->t,
+						     conf_req(rk, rq, 0)),
 				"a receive racing with its message");
 		rc = conf_wait(rk, conf_req(rk, rq, 0),
 			       "a receive cancelled during a match");
@@ -273,8 +274,8 @@ static void send_cancel_rank(struct conf_rank *rk)
 		}
 		conf_progress_for(rk, 20);
 		for (k = 0; k < 2; k++) {
-			check_cancel_rc(rk, rk->ops->cancel(
-						    rk->ctx, conf_req(rk, rq, k)),
+			check_cancel_rc(rk, dpl_transport_cancel(
+						    rk->t, conf_req(rk, rq, k)),
 					"an unmatched send");
 			rc = conf_wait_ms(rk, conf_req(rk, rq, k), 500);
 			conf_expect(rk, rc == 0 || rc == DPL_ECANCELED ||
@@ -321,7 +322,7 @@ static void send_cancel_rank(struct conf_rank *rk)
 		while (o == OUT_PENDING) {
 			rc = conf_wait_ms(rk, conf_req(rk, rq, k), 10);
 			o = conf_get_flag(rk, FLAG_OUTCOME0 + k);
-			conf_expect(rk, conf_now_ns() < rk->deadline_ns &&
+			conf_expect(rk, dpl_clock_ns() < rk->deadline_ns &&
 						!conf_aborted(rk),
 				    "a send pending after its cancel never "
 				    "completed though its receive was posted");
@@ -338,7 +339,7 @@ static void send_cancel_rank(struct conf_rank *rk)
 			while (conf_get_flag(rk, FLAG_OUTCOME0 + k) ==
 			       OUT_PENDING) {
 				conf_progress(rk);
-				conf_expect(rk, conf_now_ns() <
+				conf_expect(rk, dpl_clock_ns() <
 							rk->deadline_ns &&
 							!conf_aborted(rk),
 					    "the sender of a delivered "
@@ -369,7 +370,8 @@ static void send_cancel_rank(struct conf_rank *rk)
 			    "send must not be delivered",
 			    lens[k], dpl_err_name(rc));
 		check_cancel_rc(rk,
-				rk->ops->cancel(rk->ctx, conf_req(rk, rq, k)),
+				dpl_transport_cancel(rk->t,
+						     conf_req(rk, rq, k)),
 				"a receive of a cancelled send");
 		rc = conf_wait(rk, conf_req(rk, rq, k), "a cancelled receive");
 		conf_expect(rk, rc == DPL_ECANCELED,
@@ -405,17 +407,16 @@ static void deadline_rank(struct conf_rank *rk)
 	}
 	memset(buf, GUARD_BYTE, sizeof buf);
 	conf_recv(rk, conf_req(rk, rq, 0), 0, 31, buf, 64, NULL);
-	t0 = conf_now_ns();
-	if (DPL_HAS_OP(rk->ops, wait) &&
-	    (rk->ops->caps & DPL_TRANSPORT_CAP_WAIT)) {
+	t0 = dpl_clock_ns();
+	if (DPL_HAS_OP(rk->ops, wait)) {
 		conf_step(rk, "wait(50 ms) x 4 with nothing coming");
 		for (i = 0; i < 4; i++) {
-			rc = rk->ops->wait(rk->ctx, 50000000ull);
+			rc = dpl_transport_wait(rk->t, 50000000ull);
 			conf_check_code(rk, rc, "wait");
 			conf_expect(rk, rc == 0, "wait(50 ms): %s",
 				    dpl_err_name(rc));
 			conf_progress(rk);
-			rc = rk->ops->test(rk->ctx, conf_req(rk, rq, 0));
+			rc = dpl_transport_test(rk->t, conf_req(rk, rq, 0));
 			conf_expect(rk, rc == DPL_EAGAIN,
 				    "a receive nobody sent to completed with "
 				    "%s",
@@ -425,8 +426,8 @@ static void deadline_rank(struct conf_rank *rk)
 		conf_step(rk, "progressing 200 ms with nothing coming");
 		conf_progress_for(rk, 200);
 	}
-	waited = conf_now_ns() - t0;
-	rc = rk->ops->test(rk->ctx, conf_req(rk, rq, 0));
+	waited = dpl_clock_ns() - t0;
+	rc = dpl_transport_test(rk->t, conf_req(rk, rq, 0));
 	conf_expect(rk, rc == DPL_EAGAIN,
 		    "a receive nobody sent to completed with %s",
 		    dpl_err_name(rc));
@@ -434,10 +435,9 @@ static void deadline_rank(struct conf_rank *rk)
 		    "four waits of 50 ms took %.1f s", (double)waited / 1e9);
 	conf_note(rk, "deadline reached after %.0f ms of %s",
 		  (double)waited / 1e6,
-		  (rk->ops->caps & DPL_TRANSPORT_CAP_WAIT) ? "wait"
-							   : "progress");
+		  DPL_HAS_OP(rk->ops, wait) ? "wait" : "progress");
 	conf_step(rk, "cancelling the receive that timed out");
-	check_cancel_rc(rk, rk->ops->cancel(rk->ctx, conf_req(rk, rq, 0)),
+	check_cancel_rc(rk, dpl_transport_cancel(rk->t, conf_req(rk, rq, 0)),
 			"a receive past its deadline");
 	rc = conf_wait(rk, conf_req(rk, rq, 0), "a cancelled receive");
 	conf_expect(rk, rc == DPL_ECANCELED,

@@ -1,8 +1,9 @@
 /*
- * test_collective.c - a backend's own iallreduce, when it declares
- * DPL_TRANSPORT_CAP_ALLREDUCE: exact sums over the whole world and over
- * disjoint subgroups at once, and the same bits on every member and in
- * every run whatever the timing (the contract's fixed reduction order).
+ * test_collective.c - a backend's own iallreduce, when its table has
+ * one (DPL_HAS_OP(ops, iallreduce)), posted through the checked layer:
+ * exact sums over the whole world and over disjoint subgroups at once,
+ * and the same bits on every member and in every run whatever the timing
+ * (the contract's fixed reduction order).
  */
 #define _GNU_SOURCE
 #include <criterion/criterion.h>
@@ -30,7 +31,7 @@ static void run_allreduce(struct conf_rank *rk, const uint32_t *group,
 	void *req = conf_reqs(rk, 1);
 	int rc;
 
-	rc = rk->ops->iallreduce(rk->ctx, req, group, n, buf, count, dtype,
+	rc = dpl_transport_iallreduce(rk->t, req, group, n, buf, count, dtype,
 				 DPL_MEM_HOST, tag);
 	conf_check_code(rk, rc, "iallreduce");
 	conf_expect(rk, rc == 0, "iallreduce of %zu elements over %u ranks: "
@@ -101,8 +102,8 @@ Test(collective, allreduce_sums_exactly, .timeout = 140)
 	struct conf_job job = {.size = 4, .fn = exact_rank,
 			       .deadline_s = 120};
 
-	CONF_REQUIRE_CAP(DPL_TRANSPORT_CAP_ALLREDUCE,
-			 "the core's ring allreduce is used instead");
+	CONF_REQUIRE_OP(iallreduce,
+			"the core's ring allreduce is used instead");
 	conf_run(&job);
 }
 
@@ -180,7 +181,7 @@ Test(collective, allreduce_is_deterministic, .timeout = 140)
 {
 	struct conf_job job = {.size = 4, .fn = det_rank, .deadline_s = 120};
 
-	CONF_REQUIRE_CAP(DPL_TRANSPORT_CAP_ALLREDUCE,
-			 "the core's ring allreduce is used instead");
+	CONF_REQUIRE_OP(iallreduce,
+			"the core's ring allreduce is used instead");
 	conf_run(&job);
 }

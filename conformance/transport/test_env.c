@@ -1,9 +1,11 @@
 /*
- * test_env.c - the backend and its environment (case 36 and the
- * contract's NULL bootstrap): with the variables the registration set
- * (UCX_TLS, FI_PROVIDER, ...) it works and binds only loopback
- * addresses, and with no bootstrap string it finds its peers through
- * DPL_RANK/DPL_WORLD_SIZE/DPL_ROOT or torchrun's variables.
+ * test_env.c - the backend and its environment (case 36, and the host's
+ * rendezvous from the environment): with the variables the registration
+ * set (UCX_TLS, FI_PROVIDER, ...) it works and binds only loopback
+ * addresses, and a job whose host finds its peers through
+ * DPL_RANK/DPL_WORLD_SIZE/DPL_ROOT or torchrun's variables
+ * (dpl_bootstrap_open_env) opens and exchanges over that exchange. The
+ * transport itself reads none of these variables: the host does.
  */
 #define _GNU_SOURCE
 #include <criterion/criterion.h>
@@ -12,6 +14,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include <dpl/bootstrap.h>
 
 #include "harness.h"
 
@@ -57,6 +61,8 @@ static void env_rank(struct conf_rank *rk)
 	const struct envboot *a = rk->arg;
 	char num[16], host[64];
 	const char *colon = strrchr(rk->w->boot, ':');
+	dpl_bootstrap *b = NULL;
+	struct dpl_oob oob;
 	dpl_transport *t = NULL;
 	int rc;
 
@@ -85,16 +91,32 @@ static void env_rank(struct conf_rank *rk)
 		setenv("DPL_WORLD_SIZE", "2", 1);
 		setenv("DPL_ROOT", rk->w->boot, 1);
 	}
-	conf_step(rk, "init with a NULL bootstrap (%s variables)",
+	conf_step(rk, "the host's bootstrap from the %s variables",
 		  a->torchrun ? "torchrun's" : "DPL_*");
-	rc = conf_try_open(rk, NULL, rk->rank, 2, conf_timeout_ms(), &t);
+	rc = dpl_bootstrap_open_env(conf_timeout_ms(), &b);
+	conf_check_code(rk, rc, "dpl_bootstrap_open_env");
+	conf_expect(rk, rc == 0,
+		    "the host's bootstrap from %s=%s: %s (%s)",
+		    a->torchrun ? "MASTER_ADDR:(MASTER_PORT + 1)" : "DPL_ROOT",
+		    rk->w->boot, dpl_err_name(rc), dpl_last_error());
+	conf_expect(rk, dpl_bootstrap_rank(b) == rk->rank &&
+				dpl_bootstrap_world_size(b) == 2,
+		    "the bootstrap from the environment is rank %u of %u, "
+		    "expected %u of 2",
+		    dpl_bootstrap_rank(b), dpl_bootstrap_world_size(b),
+		    rk->rank);
+	dpl_bootstrap_oob(b, &oob);
+	conf_step(rk, "init over the exchange of that bootstrap");
+	rc = conf_open_with(rk, &oob, NULL, dpl_bootstrap_rank(b),
+			    dpl_bootstrap_world_size(b), conf_timeout_ms(),
+			    &t);
+	dpl_bootstrap_close(b);
 	conf_check_code(rk, rc, "dpl_transport_open");
 	conf_expect(rk, rc == 0,
-		    "init with a NULL bootstrap and %s=%s: %s (%s)",
+		    "init over a bootstrap from %s=%s: %s (%s)",
 		    a->torchrun ? "MASTER_ADDR:(MASTER_PORT + 1)" : "DPL_ROOT",
 		    rk->w->boot, dpl_err_name(rc), dpl_last_error());
 	rk->t = t;
-	rk->ctx = dpl_transport_ctx(t);
 	conf_exchange(rk, 1 - rk->rank, 5, 4096, 1);
 	/* rank_main's final barrier and close follow */
 }

@@ -46,7 +46,7 @@ static void expect_epeer(struct conf_rank *rk, void *req, uint64_t since,
 
 	conf_step(rk, "waiting for %s to fail", what);
 	rc = conf_wait(rk, req, what);
-	ms = (conf_now_ns() - since) / 1000000u;
+	ms = (dpl_clock_ns() - since) / 1000000u;
 	if (may_be_done && rc == 0)
 		return;
 	conf_expect(rk, rc == DPL_EPEER, "%s: %s after %llu ms, expected "
@@ -67,10 +67,10 @@ static void expect_post_epeer(struct conf_rank *rk, bool send, uint32_t peer,
 	int rc;
 
 	memset(b, 0, sizeof b);
-	rc = send ? rk->ops->isend(rk->ctx, req, peer, 99, b, 64,
-				   DPL_MEM_HOST)
-		  : rk->ops->irecv(rk->ctx, req, peer, 99, b, 64,
-				   DPL_MEM_HOST);
+	rc = send ? dpl_transport_isend(rk->t, req, peer, 99, b, 64,
+					DPL_MEM_HOST)
+		  : dpl_transport_irecv(rk->t, req, peer, 99, b, 64,
+					DPL_MEM_HOST);
 	conf_check_code(rk, rc, send ? "isend" : "irecv");
 	if (rc == 0) {
 		expect_epeer(rk, req, since, bound,
@@ -100,7 +100,7 @@ static void sigkill_rank(struct conf_rank *rk)
 		conf_step(rk, "mid-stream with rank 0");
 		conf_exchange(rk, 0, 80, 64u << 10, 1);
 		conf_barrier(rk);
-		conf_set_flag(rk, FLAG_DEATH, (long)conf_now_ns());
+		conf_set_flag(rk, FLAG_DEATH, (long)dpl_clock_ns());
 		raise(SIGKILL);
 	}
 	if (rk->rank == 0) {
@@ -123,7 +123,7 @@ static void sigkill_rank(struct conf_rank *rk)
 		expect_post_epeer(rk, true, 1, death, a->bound_ms);
 		expect_post_epeer(rk, false, 1, death, a->bound_ms);
 		rk->w->slot[0].val[0] =
-			(double)(conf_now_ns() - death) / 1e6;
+			(double)(dpl_clock_ns() - death) / 1e6;
 	}
 	/* The bystander (rank 2) and rank 0 keep talking. */
 	for (k = 0; k < 20; k++) {
@@ -176,7 +176,7 @@ static void graceful_rank(struct conf_rank *rk)
 		/* fini handed the storage and the buffer back */
 		memset(conf_req(rk, rq, 0), 0xa5, rk->ops->req_size);
 		free(mine);
-		conf_set_flag(rk, FLAG_CLOSED, (long)conf_now_ns());
+		conf_set_flag(rk, FLAG_CLOSED, (long)dpl_clock_ns());
 		conf_barrier(rk);
 		return;
 	}
@@ -227,7 +227,7 @@ static void crash_rank(struct conf_rank *rk)
 	conf_barrier(rk);
 	if (rk->rank == 1) {
 		if (a->kill) {
-			conf_set_flag(rk, FLAG_DEATH, (long)conf_now_ns());
+			conf_set_flag(rk, FLAG_DEATH, (long)dpl_clock_ns());
 			raise(SIGKILL);
 		}
 		return;
@@ -321,7 +321,7 @@ static void inflight_rank(struct conf_rank *rk)
 			memset(buf[k], 0x5a, k == 2 ? 64 : lens[k]);
 			free(buf[k]);
 		}
-		conf_set_flag(rk, FLAG_CLOSED, (long)conf_now_ns());
+		conf_set_flag(rk, FLAG_CLOSED, (long)dpl_clock_ns());
 		conf_barrier(rk);
 		return;
 	}
@@ -332,8 +332,9 @@ static void inflight_rank(struct conf_rank *rk)
 		buf[k] = conf_alloc(rk, lens[k]);
 		conf_step(rk, "receiving what a closed rank had in flight "
 			      "(%zu bytes)", lens[k]);
-		rc = rk->ops->irecv(rk->ctx, conf_req(rk, rq, k), 0, 96 + k,
-				    buf[k], lens[k], DPL_MEM_HOST);
+		rc = dpl_transport_irecv(rk->t, conf_req(rk, rq, k), 0,
+					 96 + k, buf[k], lens[k],
+					 DPL_MEM_HOST);
 		conf_check_code(rk, rc, "irecv");
 		if (rc == DPL_EPEER)
 			continue;
@@ -345,10 +346,10 @@ static void inflight_rank(struct conf_rank *rk)
 			conf_expect(rk, !peer_failure,
 				    "a receive from a rank that closed %llu ms "
 				    "ago is still pending",
-				    (unsigned long long)((conf_now_ns() -
+				    (unsigned long long)((dpl_clock_ns() -
 							  closed) /
 							 1000000u));
-			rk->ops->cancel(rk->ctx, conf_req(rk, rq, k));
+			dpl_transport_cancel(rk->t, conf_req(rk, rq, k));
 			rc = conf_wait(rk, conf_req(rk, rq, k),
 				       "a cancelled receive");
 			conf_expect(rk, rc == DPL_ECANCELED || rc == DPL_EPEER,

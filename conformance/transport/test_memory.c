@@ -160,11 +160,11 @@ static void cuda_rank(struct conf_rank *rk)
 		conf_fill(host, len, 39);
 		conf_expect(rk, c.memcpy_(dev, host, len, CUDA_H2D) == 0,
 			    "cudaMemcpy to the device");
-		rc = rk->ops->isend(rk->ctx, rq, 1, 39, dev, len,
-				    DPL_MEM_CUDA);
+		rc = dpl_transport_isend(rk->t, rq, 1, 39, dev, len,
+					 DPL_MEM_CUDA);
 	} else {
-		rc = rk->ops->irecv(rk->ctx, rq, 0, 39, dev, len,
-				    DPL_MEM_CUDA);
+		rc = dpl_transport_irecv(rk->t, rq, 0, 39, dev, len,
+					 DPL_MEM_CUDA);
 	}
 	conf_check_code(rk, rc, "post of DPL_MEM_CUDA memory");
 	conf_expect(rk, rc == 0, "post of 8 MiB of device memory: %s (%s)",

@@ -478,9 +478,10 @@ static void many_rank(struct conf_rank *rk)
 			conf_fill(&data[i * 8 + 1], 56, i + 1);
 		}
 		while (posted < a->n) {
-			rc = rk->ops->isend(rk->ctx, conf_set_next(&s), peer,
-					    posted % tags, &data[posted * 8],
-					    64, DPL_MEM_HOST);
+			rc = dpl_transport_isend(rk->t, conf_set_next(&s),
+						 peer, posted % tags,
+						 &data[posted * 8], 64,
+						 DPL_MEM_HOST);
 			conf_check_code(rk, rc, "isend");
 			if (rc == 0) {
 				conf_set_added(&s);
@@ -491,14 +492,14 @@ static void many_rank(struct conf_rank *rk)
 				    "isend %zu of %zu: %s (%s)", posted, a->n,
 				    dpl_err_name(rc), dpl_last_error());
 			if (first_eagain == 0)
-				first_eagain = conf_now_ns();
+				first_eagain = dpl_clock_ns();
 			/* pushed back for 200 ms: let the receiver go */
-			if (conf_now_ns() - first_eagain > 200000000ull)
+			if (dpl_clock_ns() - first_eagain > 200000000ull)
 				conf_set_flag(rk, FLAG_SENDER_READY, 1);
 			conf_progress(rk);
 			conf_set_poll(rk, &s);
 			conf_expect(rk, !conf_aborted(rk) &&
-						conf_now_ns() < rk->deadline_ns,
+						dpl_clock_ns() < rk->deadline_ns,
 				    "stuck posting send %zu of %zu", posted,
 				    a->n);
 		}

@@ -27,13 +27,13 @@ static double load(void)
 
 static void startup_rank(struct conf_rank *rk)
 {
-	uint64_t t0 = conf_now_ns(), t1, t2;
+	uint64_t t0 = dpl_clock_ns(), t1, t2;
 
 	conf_open(rk);
-	t1 = conf_now_ns();
+	t1 = dpl_clock_ns();
 	conf_step(rk, "first 1 MiB round trip");
 	conf_exchange(rk, 1 - rk->rank, 1, 1u << 20, 1);
-	t2 = conf_now_ns();
+	t2 = dpl_clock_ns();
 	rk->w->slot[rk->rank].val[0] = (double)(t1 - t0) / 1e6;
 	rk->w->slot[rk->rank].val[1] = (double)(t2 - t0) / 1e6;
 	conf_note(rk, "init %.1f ms, init + first 1 MiB exchange %.1f ms",
@@ -88,7 +88,7 @@ static void pingpong_rank(struct conf_rank *rk)
 		/* run 0 is the warm-up */
 		n = run == 0 ? PP_WARM : iters;
 		conf_barrier(rk);
-		t0 = conf_now_ns();
+		t0 = dpl_clock_ns();
 		for (i = 0; i < n; i++) {
 			conf_recv(rk, conf_req(rk, rq, 0), peer, 2, in, PP_LEN,
 				  NULL);
@@ -109,7 +109,7 @@ static void pingpong_rank(struct conf_rank *rk)
 		}
 		if (run > 0)
 			gibs[run - 1] = (double)PP_LEN * 2 * n /
-					((double)(conf_now_ns() - t0) / 1e9) /
+					((double)(dpl_clock_ns() - t0) / 1e9) /
 					(1u << 30);
 	}
 	conf_expect(rk, conf_verify(in, PP_LEN, peer) < 0,

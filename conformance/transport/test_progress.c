@@ -50,15 +50,15 @@ static void asleep_rank(struct conf_rank *rk)
 		while (posted < 3) {
 			k = posted;
 			before = conf_get_flag(rk, FLAG_AWAKE);
-			t0 = conf_now_ns();
-			rc = rk->ops->isend(rk->ctx, conf_set_next(&s), 1,
-					    41 + k, buf[k], lens[k],
-					    DPL_MEM_HOST);
+			t0 = dpl_clock_ns();
+			rc = dpl_transport_isend(rk->t, conf_set_next(&s), 1,
+						 41 + k, buf[k], lens[k],
+						 DPL_MEM_HOST);
 			conf_check_code(rk, rc, "isend");
 			/* The call spanned the peer's waking up: it waited
 			 * for the peer. */
 			if (before == 0 && conf_get_flag(rk, FLAG_AWAKE) != 0 &&
-			    conf_now_ns() - t0 > 100000000ull)
+			    dpl_clock_ns() - t0 > 100000000ull)
 				blocked[k] = true;
 			if (rc == 0) {
 				conf_set_added(&s);
@@ -71,7 +71,7 @@ static void asleep_rank(struct conf_rank *rk)
 				    lens[k], dpl_err_name(rc),
 				    dpl_last_error());
 			conf_progress(rk);
-			conf_expect(rk, conf_now_ns() < rk->deadline_ns,
+			conf_expect(rk, dpl_clock_ns() < rk->deadline_ns,
 				    "isend of %zu bytes kept returning "
 				    "DPL_EAGAIN",
 				    lens[k]);
@@ -174,8 +174,9 @@ static void backpressure_rank(struct conf_rank *rk)
 		}
 		conf_step(rk, "posting %d sends without progress", BP_N);
 		for (i = 0; i < BP_N; i++) {
-			rc = rk->ops->isend(rk->ctx, conf_set_next(&s), 1, 12,
-					    &data[i * 8], 64, DPL_MEM_HOST);
+			rc = dpl_transport_isend(rk->t, conf_set_next(&s), 1,
+						 12, &data[i * 8], 64,
+						 DPL_MEM_HOST);
 			conf_check_code(rk, rc, "isend");
 			conf_expect(rk, rc == 0 || rc == DPL_EAGAIN,
 				    "isend %zu of %d without progress: %s (%s)",
@@ -278,7 +279,8 @@ static void once_rank(struct conf_rank *rk)
 				  NULL);
 		conf_barrier(rk);
 		for (i = EO_OK + EO_TRUNC; i < EO_N; i++) {
-			int c = rk->ops->cancel(rk->ctx, conf_req(rk, pool, i));
+			int c = dpl_transport_cancel(rk->t,
+						     conf_req(rk, pool, i));
 
 			conf_check_code(rk, c, "cancel");
 			conf_expect(rk, c == 0, "cancel of a posted receive: %s",
@@ -287,15 +289,15 @@ static void once_rank(struct conf_rank *rk)
 	}
 	conf_step(rk, "collecting %u requests once each", nreq);
 	while (left > 0) {
-		conf_expect(rk, conf_now_ns() < rk->deadline_ns &&
+		conf_expect(rk, dpl_clock_ns() < rk->deadline_ns &&
 					!conf_aborted(rk),
 			    "%u of %u requests never completed", left, nreq);
 		conf_progress(rk);
 		for (i = 0; i < nreq; i++) {
 			if (rc[i] != DPL_EAGAIN)
 				continue;
-			k = (unsigned)rk->ops->test(rk->ctx,
-						    conf_req(rk, pool, i));
+			k = (unsigned)dpl_transport_test(
+				rk->t, conf_req(rk, pool, i));
 			rc[i] = conf_check_code(rk, (int)k, "test");
 			if (rc[i] == DPL_EAGAIN)
 				continue;
@@ -353,10 +355,10 @@ static void *post_thread(void *arg)
 	struct handoff *h = arg;
 	struct conf_rank *rk = h->rk;
 
-	h->rc[0] = rk->ops->irecv(rk->ctx, conf_req(rk, h->rq, 0), 1, 70,
-				  h->in, h->len, DPL_MEM_HOST);
-	h->rc[1] = rk->ops->isend(rk->ctx, conf_req(rk, h->rq, 1), 1, 71,
-				  h->out, h->len, DPL_MEM_HOST);
+	h->rc[0] = dpl_transport_irecv(rk->t, conf_req(rk, h->rq, 0), 1, 70,
+				       h->in, h->len, DPL_MEM_HOST);
+	h->rc[1] = dpl_transport_isend(rk->t, conf_req(rk, h->rq, 1), 1, 71,
+				       h->out, h->len, DPL_MEM_HOST);
 	return NULL;
 }
 
@@ -367,14 +369,14 @@ static void *finish_thread(void *arg)
 	int i;
 
 	h->rc[0] = h->rc[1] = DPL_EAGAIN;
-	while (conf_now_ns() < rk->deadline_ns && !conf_aborted(rk)) {
+	while (dpl_clock_ns() < rk->deadline_ns && !conf_aborted(rk)) {
 		for (i = 0; i < 2; i++)
 			if (h->rc[i] == DPL_EAGAIN)
-				h->rc[i] = rk->ops->test(
-					rk->ctx, conf_req(rk, h->rq, i));
+				h->rc[i] = dpl_transport_test(
+					rk->t, conf_req(rk, h->rq, i));
 		if (h->rc[0] != DPL_EAGAIN && h->rc[1] != DPL_EAGAIN)
 			break;
-		if (rk->ops->progress(rk->ctx) < 0)
+		if (dpl_transport_progress(rk->t) < 0)
 			break;
 	}
 	return NULL;

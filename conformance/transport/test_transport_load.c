@@ -44,7 +44,7 @@ Test(load, by_path_gives_a_working_table)
 	cr_assert_str_eq(o->name, "inproc");
 	memset(&p, 0, sizeof p);
 	p.world_size = 1;
-	p.bootstrap = "load-test";
+	p.world = "load-test";
 	rc = dpl_transport_open(o, &p, &t);
 	cr_assert_eq(rc, 0, "open of the loaded table: %s", dpl_last_error());
 	cr_assert_eq(dpl_transport_ops(t), o);

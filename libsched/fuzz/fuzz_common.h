@@ -10,6 +10,9 @@
 #include <string.h>
 
 #include <dpl/dpl.h>
+#include <dpl/csv.h>
+#include <dpl/plan.h>
+#include <dpl/sim.h>
 
 /* Abort (a finding) with a one-line reason. */
 static inline void fuzz_fail(const char *why)

@@ -2,14 +2,16 @@
  * ofi.c - dpl_transport_ofi: the libfabric transport's table, and how a
  * context joins and leaves its job.
  *
- * init: parse the options; meet the other ranks through the bootstrap
- * (dpl/bootstrap.h); exchange who runs where, so that dpl picks shm when
+ * init: parse the options; exchange, through the host's out-of-band
+ * exchange (params.oob), who runs where, so that dpl picks shm when
  * every rank shares this host and tcp;ofi_rxm otherwise (FI_PROVIDER or
- * the provider option override it); remove the shm files of dead
- * processes; open the endpoint; exchange fabric addresses (a rank that
- * failed to open says why, so every rank reports it); start the liveness
- * thread; and send one small message each way to every peer, so the
- * first real message does not pay for rxm's lazy connection set-up.
+ * the provider option override it), and which IPv4 addresses each rank
+ * has, so that IP providers bind the address on a subnet shared with
+ * rank 0; remove the shm files of dead processes; open the endpoint;
+ * exchange fabric addresses (a rank that failed to open says why, so
+ * every rank reports it); start the liveness thread; and send one small
+ * message each way to every peer (warm-up), so the first real message
+ * does not pay for rxm's lazy connection set-up.
  *
  * fini: stop the liveness thread (peers get a goodbye and see this rank
  * as failed), close the endpoint (which drops every pending operation:
@@ -20,7 +22,8 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <netdb.h>
+#include <ifaddrs.h>
+#include <net/if.h>
 #include <netinet/in.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -33,8 +36,7 @@
 
 #include <rdma/fi_domain.h>
 #include <rdma/fi_errno.h>
-
-#include <dpl/bootstrap.h>
+#include <rdma/fi_tagged.h>
 
 #include "ofi_internal.h"
 
@@ -42,15 +44,18 @@
 #define ADDR_MAGIC 0x64706c41u  /* "dplA" */
 #define DEFAULT_TIMEOUT_MS 60000u
 #define DEFAULT_LIVENESS_MS 1500u
+#define OFI_IPS 8 /* IPv4 addresses a rank tells the others */
 
 /* Phase one: where each rank runs. */
 struct ident {
 	uint32_t magic;
 	uint32_t rank;
 	int32_t pid;
-	uint32_t reserved;
+	uint32_t nip; /* entries of ip */
 	uint64_t nonce;
 	uint64_t ns[4]; /* pid, net, mnt, ipc namespace inodes */
+	uint32_t ip[OFI_IPS][2]; /* address and netmask (network order) of
+				    each interface up, loopback excluded */
 	char boot_id[40];
 };
 
@@ -67,6 +72,31 @@ struct addrblob {
 	char err[160];
 	uint8_t name[OFI_NAME_MAX];
 };
+
+_Static_assert(sizeof(struct ident) <= DPL_OOB_BLOB_MAX &&
+		       sizeof(struct addrblob) <= DPL_OOB_BLOB_MAX,
+	       "one allgather of the out-of-band exchange each");
+
+static void ident_addrs(struct ident *id)
+{
+	struct ifaddrs *all, *i;
+	struct sockaddr_in a, m;
+
+	if (getifaddrs(&all) != 0)
+		return;
+	for (i = all; i != NULL && id->nip < OFI_IPS; i = i->ifa_next) {
+		if (i->ifa_addr == NULL || i->ifa_netmask == NULL ||
+		    i->ifa_addr->sa_family != AF_INET ||
+		    !(i->ifa_flags & IFF_UP) || (i->ifa_flags & IFF_LOOPBACK))
+			continue;
+		memcpy(&a, i->ifa_addr, sizeof a);
+		memcpy(&m, i->ifa_netmask, sizeof m);
+		id->ip[id->nip][0] = a.sin_addr.s_addr;
+		id->ip[id->nip][1] = m.sin_addr.s_addr;
+		id->nip++;
+	}
+	freeifaddrs(all);
+}
 
 static void ident_fill(struct ident *id, uint32_t rank)
 {
@@ -91,7 +121,8 @@ static void ident_fill(struct ident *id, uint32_t rank)
 	}
 	if (getrandom(&id->nonce, sizeof id->nonce, GRND_NONBLOCK) !=
 	    (ssize_t)sizeof id->nonce)
-		id->nonce = dpl__ofi_now() ^ ((uint64_t)getpid() << 32);
+		id->nonce = dpl_clock_ns() ^ ((uint64_t)getpid() << 32);
+	ident_addrs(id);
 }
 
 static bool same_host(const struct ident *a, const struct ident *b)
@@ -105,63 +136,60 @@ static bool same_box(const struct ident *a, const struct ident *b)
 	return same_host(a, b) && memcmp(a->ns, b->ns, sizeof a->ns) == 0;
 }
 
-static const char *root_of(const struct dpl_transport_params *p)
+/* The local IPv4 address of the route towards ip (network order). */
+static int route_to(uint32_t ip, char *out, size_t size)
 {
-	const char *s;
-
-	if (p->bootstrap != NULL)
-		return p->bootstrap;
-	if ((s = getenv("DPL_ROOT")) != NULL && *s != '\0')
-		return s;
-	return getenv("MASTER_ADDR");
-}
-
-/* The local IPv4 address of the route towards the root's host. */
-static int route_to_root(const char *root, char *out, size_t size)
-{
-	struct addrinfo hints, *res = NULL;
-	struct sockaddr_in sin;
+	struct sockaddr_in to, sin;
 	socklen_t len = sizeof sin;
-	char host[256];
-	const char *colon;
-	size_t k;
 	int fd, rc;
 
-	if (root == NULL)
-		return dpl_set_error(DPL_EINVAL,
-				     "ofi: ranks run on several hosts and "
-				     "no root address is known: give "
-				     "node=<local ip> or iface=<name>");
-	colon = strrchr(root, ':');
-	k = colon != NULL && strchr(root, ':') == colon ? (size_t)(colon - root)
-						       : strlen(root);
-	if (k >= sizeof host)
-		k = sizeof host - 1;
-	memcpy(host, root, k);
-	host[k] = '\0';
-	memset(&hints, 0, sizeof hints);
-	hints.ai_family = AF_INET;
-	hints.ai_socktype = SOCK_DGRAM;
-	if ((rc = getaddrinfo(host, "9", &hints, &res)) != 0)
-		return dpl_set_error(DPL_EINVAL,
-				     "ofi: root host '%s': %s (give "
-				     "node=<local ip>)", host,
-				     gai_strerror(rc));
+	memset(&to, 0, sizeof to);
+	to.sin_family = AF_INET;
+	to.sin_port = htons(9);
+	to.sin_addr.s_addr = ip;
 	fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
-	rc = fd < 0 || connect(fd, res->ai_addr, res->ai_addrlen) != 0 ||
+	rc = fd < 0 || connect(fd, (struct sockaddr *)&to, sizeof to) != 0 ||
 	     getsockname(fd, (struct sockaddr *)&sin, &len) != 0;
 	if (fd >= 0)
 		close(fd);
-	freeaddrinfo(res);
 	if (rc)
-		return dpl_set_error(DPL_EIO,
-				     "ofi: no route to root host '%s' "
-				     "(give node=<local ip>)", host);
+		return DPL_EIO;
 	if ((ntohl(sin.sin_addr.s_addr) >> 24) == 127)
 		snprintf(out, size, "127.0.0.1");
 	else
 		inet_ntop(AF_INET, &sin.sin_addr, out, (socklen_t)size);
 	return 0;
+}
+
+/*
+ * The source address of IP providers when ranks run on several hosts:
+ * this rank's address on a subnet that rank 0 (for rank 0: rank 1) has
+ * an address on, as NCCL matches the root's subnet; else the local end
+ * of the route to that rank's first address it can reach.
+ */
+static int pick_node(const struct ident *ids, uint32_t rank, char *out,
+		     size_t size)
+{
+	const struct ident *me = &ids[rank], *ref = &ids[rank == 0 ? 1 : 0];
+	struct in_addr in;
+	uint32_t i, k;
+
+	for (i = 0; i < me->nip; i++)
+		for (k = 0; k < ref->nip; k++)
+			if (((me->ip[i][0] ^ ref->ip[k][0]) & me->ip[i][1]) ==
+			    0) {
+				in.s_addr = me->ip[i][0];
+				inet_ntop(AF_INET, &in, out, (socklen_t)size);
+				return 0;
+			}
+	for (k = 0; k < ref->nip; k++)
+		if (route_to(ref->ip[k][0], out, size) == 0)
+			return 0;
+	return dpl_set_error(DPL_EIO,
+			     "ofi: ranks run on several hosts and rank %u "
+			     "has no IPv4 address this rank can reach (it "
+			     "told %u): give node=<local ip> or "
+			     "iface=<name>", rank == 0 ? 1u : 0u, ref->nip);
 }
 
 static bool is_loopback(const char *node)
@@ -189,37 +217,6 @@ static void teardown(struct ofi_ctx *c)
 	free(c->sent);
 	c->peer = NULL;
 	c->sent = NULL;
-}
-
-static int boot_open(const struct dpl_transport_params *p, uint32_t tmo,
-		     dpl_bootstrap **b)
-{
-	struct dpl_bootstrap_params bp;
-	int rc;
-
-	if (p->bootstrap != NULL) {
-		memset(&bp, 0, sizeof bp);
-		bp.rank = p->rank;
-		bp.world_size = p->world_size;
-		bp.root = p->bootstrap;
-		bp.timeout_ms = tmo;
-		return dpl_bootstrap_open(&bp, b);
-	}
-	if ((rc = dpl_bootstrap_open_env(tmo, b)) != 0)
-		return rc;
-	if (dpl_bootstrap_rank(*b) != p->rank ||
-	    dpl_bootstrap_world_size(*b) != p->world_size) {
-		uint32_t r = dpl_bootstrap_rank(*b);
-		uint32_t n = dpl_bootstrap_world_size(*b);
-
-		dpl_bootstrap_close(*b);
-		*b = NULL;
-		return dpl_set_error(DPL_EINVAL,
-				     "ofi: the environment says rank %u of "
-				     "%u, the parameters rank %u of %u", r,
-				     n, p->rank, p->world_size);
-	}
-	return 0;
 }
 
 /* Pick the provider name: the option, FI_PROVIDER, or dpl's choice. */
@@ -250,7 +247,7 @@ static int choose_provider(const struct ofi_ctx *c, bool local,
 	return 0;
 }
 
-static int open_local(struct ofi_ctx *c, const struct dpl_transport_params *p,
+static int open_local(struct ofi_ctx *c, const struct ident *ids,
 		      bool local, uint32_t *udp_ip)
 {
 	char prov[64], node[64];
@@ -264,7 +261,7 @@ static int open_local(struct ofi_ctx *c, const struct dpl_transport_params *p,
 		snprintf(node, sizeof node, "%s", c->o.node);
 	else if (local || c->n == 1)
 		snprintf(node, sizeof node, "127.0.0.1");
-	else if ((rc = route_to_root(root_of(p), node, sizeof node)) != 0)
+	else if ((rc = pick_node(ids, c->rank, node, sizeof node)) != 0)
 		return rc;
 	if (iface == NULL && is_loopback(node))
 		iface = "lo";
@@ -288,8 +285,7 @@ static int open_local(struct ofi_ctx *c, const struct dpl_transport_params *p,
 	return 0;
 }
 
-static int join(struct ofi_ctx *c, const struct dpl_transport_params *p,
-		dpl_bootstrap *b)
+static int join(struct ofi_ctx *c, const struct dpl_oob *oob)
 {
 	struct ident me, *ids = NULL;
 	struct addrblob mine, *all = NULL;
@@ -309,14 +305,11 @@ static int join(struct ofi_ctx *c, const struct dpl_transport_params *p,
 		rc = dpl_set_error(DPL_ENOMEM, "ofi: out of memory");
 		goto out;
 	}
-	if (b != NULL) {
-		if ((rc = dpl_bootstrap_allgather(b, &me, sizeof me, ids)) != 0)
-			goto out;
-	} else {
-		ids[0] = me;
-	}
+	if ((rc = oob->allgather(oob->user, &me, sizeof me, ids)) != 0)
+		goto out;
 	for (r = 0; r < c->n; r++)
-		if (ids[r].magic != IDENT_MAGIC || ids[r].rank != r) {
+		if (ids[r].magic != IDENT_MAGIC || ids[r].rank != r ||
+		    ids[r].nip > OFI_IPS) {
 			rc = dpl_set_error(DPL_EIO,
 					   "ofi: rank %u sent a malformed "
 					   "identity", r);
@@ -327,7 +320,7 @@ static int join(struct ofi_ctx *c, const struct dpl_transport_params *p,
 
 	/* Open our endpoint; on failure still take part in the exchange so
 	 * that every rank learns why. */
-	st = open_local(c, p, local, &udp_ip);
+	st = open_local(c, ids, local, &udp_ip);
 	if (st == 0)
 		st = dpl__ofi_live_open(udp_ip, &c->live, &port);
 	memset(&mine, 0, sizeof mine);
@@ -343,13 +336,8 @@ static int join(struct ofi_ctx *c, const struct dpl_transport_params *p,
 	} else {
 		snprintf(mine.err, sizeof mine.err, "%s", dpl_last_error());
 	}
-	if (b != NULL) {
-		rc = dpl_bootstrap_allgather(b, &mine, sizeof mine, all);
-		if (rc != 0)
-			goto out;
-	} else {
-		all[0] = mine;
-	}
+	if ((rc = oob->allgather(oob->user, &mine, sizeof mine, all)) != 0)
+		goto out;
 	if (st != 0) {
 		rc = dpl_set_error(st, "%s", mine.err);
 		goto out;
@@ -407,12 +395,11 @@ out:
 	return rc;
 }
 
-static int ofi_init(void *ctx, const struct dpl_transport_params *p)
+int dpl__ofi_init(void *ctx, const struct dpl_transport_params *p)
 {
 	struct ofi_ctx *c = ctx;
-	dpl_bootstrap *b = NULL;
 	uint32_t tmo = p->timeout_ms ? p->timeout_ms : DEFAULT_TIMEOUT_MS;
-	uint64_t deadline = dpl__ofi_now() + (uint64_t)tmo * 1000000u;
+	uint64_t deadline = dpl_clock_ns() + (uint64_t)tmo * 1000000u;
 	int rc;
 
 	memset(c, 0, sizeof *c);
@@ -420,6 +407,10 @@ static int ofi_init(void *ctx, const struct dpl_transport_params *p)
 		return dpl_set_error(DPL_EINVAL,
 				     "ofi: rank %u of world size %u",
 				     p->rank, p->world_size);
+	if (p->oob == NULL || p->oob->allgather == NULL)
+		return dpl_set_error(DPL_EINVAL,
+				     "ofi: init needs the host's out-of-band "
+				     "exchange (params.oob)");
 	if ((rc = dpl__ofi_opts_parse(p->options, &c->o)) != 0)
 		return rc;
 	c->rank = p->rank;
@@ -428,10 +419,7 @@ static int ofi_init(void *ctx, const struct dpl_transport_params *p)
 	c->liveness_ms = c->o.liveness_ms ? c->o.liveness_ms
 			 : p->timeout_ms  ? p->timeout_ms
 					  : DEFAULT_LIVENESS_MS;
-	if (c->n > 1 && (rc = boot_open(p, tmo, &b)) != 0)
-		return rc;
-	rc = join(c, p, b);
-	dpl_bootstrap_close(b);
+	rc = join(c, p->oob);
 	if (rc == 0 && c->o.warmup && c->n > 1)
 		rc = dpl__ofi_warmup(c, deadline);
 	if (rc != 0) {
@@ -445,98 +433,122 @@ static int ofi_init(void *ctx, const struct dpl_transport_params *p)
 	return 0;
 }
 
-static void ofi_fini(void *ctx)
+void dpl__ofi_fini(void *ctx)
 {
 	teardown(ctx);
 }
 
-static int check_post(struct ofi_ctx *c, uint32_t peer, uint64_t tag,
-		      const void *buf, size_t len, uint32_t mem)
+/* ---- warm-up -------------------------------------------------------- */
+
+static void nap(void)
 {
-	if (peer >= c->n || peer == c->rank)
-		return dpl_set_error(DPL_EINVAL,
-				     "ofi: peer %u of rank %u in a world "
-				     "of %u", peer, c->rank, c->n);
-	if (tag > DPL_TAG_MAX)
-		return dpl_set_error(DPL_EINVAL,
-				     "ofi: tag %#llx beyond %d bits",
-				     (unsigned long long)tag, DPL_TAG_BITS);
-	if (mem != DPL_MEM_HOST)
-		return dpl_set_error(DPL_ENOTSUP,
-				     "ofi: memory kind %u (host only)",
-				     mem);
-	if (buf == NULL && len != 0)
-		return dpl_set_error(DPL_EINVAL,
-				     "ofi: NULL buffer of %zu bytes", len);
-	if (c->broken)
-		return dpl_set_error(DPL_EIO,
-				     "ofi: the completion queue failed "
-				     "earlier");
+	struct timespec ts = {0, 50000};
+
+	nanosleep(&ts, NULL);
+}
+
+int dpl__ofi_warmup(struct ofi_ctx *c, uint64_t deadline)
+{
+	uint64_t me = c->rank;
+	uint8_t *sent;
+	uint32_t p, left;
+	char miss[160];
+	size_t k;
+	int rc;
+
+	sent = calloc(c->n, 1);
+	if (sent == NULL)
+		return dpl_set_error(DPL_ENOMEM, "ofi: out of memory");
+	c->warm_left = 0;
+	for (p = 0; p < c->n; p++) {
+		if (p == c->rank)
+			continue;
+		c->warm[p] = UINT64_MAX - 1;
+		for (;;) {
+			rc = (int)fi_trecv(c->ep, &c->warm[p],
+					   sizeof c->warm[p],
+					   static_desc(c->warm_mr),
+					   c->peer[p].addr, OFI_TAG_WARM, 0,
+					   &c->warm_fc[p]);
+			if (rc != -FI_EAGAIN || dpl_clock_ns() > deadline)
+				break;
+			(void)dpl__ofi_cq_drain(c);
+		}
+		if (rc != 0) {
+			free(sent);
+			return dpl__ofi_post_error(c, p, "warm-up receive", rc);
+		}
+		c->warm_left++;
+	}
+	for (;;) {
+		left = 0;
+		for (p = 0; p < c->n; p++) {
+			if (p == c->rank || sent[p])
+				continue;
+			rc = (int)fi_tinject(c->ep, &me, sizeof me,
+					     c->peer[p].addr, OFI_TAG_WARM);
+			if (rc == 0)
+				sent[p] = 1;
+			else if (rc != -FI_EAGAIN) {
+				free(sent);
+				return dpl__ofi_post_error(c, p,
+							   "warm-up send", rc);
+			}
+			else
+				left++;
+		}
+		if ((rc = dpl__ofi_cq_drain(c)) != 0) {
+			free(sent);
+			return rc;
+		}
+		dpl__ofi_check_live(c);
+		if (c->ndying != 0 || c->nclosing != 0)
+			dpl__ofi_deadlines(c);
+		/* A peer may finish and leave as soon as its own warm-up is
+		 * done: only one that never got its message through failed. */
+		for (p = 0; p < c->n; p++) {
+			if (p == c->rank)
+				continue;
+			if (c->warm[p] == UINT64_MAX ||
+			    (c->peer[p].dead && c->warm[p] == UINT64_MAX - 1)) {
+				free(sent);
+				return dpl_set_error(DPL_EPEER,
+						     "ofi: rank %u failed "
+						     "during warm-up", p);
+			}
+			if ((c->peer[p].dead || c->peer[p].closing) &&
+			    !sent[p]) {
+				sent[p] = 1;
+				left--;
+			}
+		}
+		if (left == 0 && c->warm_left == 0)
+			break;
+		if (dpl_clock_ns() > deadline) {
+			k = 0;
+			miss[0] = '\0';
+			for (p = 0; p < c->n && k + 12 < sizeof miss; p++)
+				if (p != c->rank &&
+				    (!sent[p] || c->warm[p] == UINT64_MAX - 1))
+					k += (size_t)snprintf(miss + k,
+							      sizeof miss - k,
+							      "%s%u", k ? ", "
+									: "",
+							      p);
+			free(sent);
+			return dpl_set_error(DPL_ETIMEDOUT,
+					     "ofi: warm-up with ranks %s "
+					     "did not finish in time", miss);
+		}
+		if (left != 0 || c->warm_left != 0)
+			nap();
+	}
+	free(sent);
+	for (p = 0; p < c->n; p++)
+		if (p != c->rank && c->warm[p] != p)
+			return dpl_set_error(DPL_EIO,
+					     "ofi: warm-up message from rank "
+					     "%u carried %llu", p,
+					     (unsigned long long)c->warm[p]);
 	return 0;
 }
-
-static int ofi_isend(void *ctx, void *req, uint32_t peer, uint64_t tag,
-		     const void *buf, size_t len, uint32_t mem)
-{
-	int rc = check_post(ctx, peer, tag, buf, len, mem);
-
-	return rc != 0 ? rc : dpl__ofi_isend(ctx, req, peer, tag, buf, len);
-}
-
-static int ofi_irecv(void *ctx, void *req, uint32_t peer, uint64_t tag,
-		     void *buf, size_t len, uint32_t mem)
-{
-	int rc = check_post(ctx, peer, tag, buf, len, mem);
-
-	return rc != 0 ? rc : dpl__ofi_irecv(ctx, req, peer, tag, buf, len);
-}
-
-static int ofi_test(void *ctx, void *req)
-{
-	return ((const struct ofi_req *)req)->status;
-}
-
-static int ofi_progress(void *ctx)
-{
-	return dpl__ofi_progress(ctx);
-}
-
-static int ofi_cancel(void *ctx, void *req)
-{
-	return dpl__ofi_cancel(ctx, req);
-}
-
-const char *dpl__ofi_local_address(void *ctx)
-{
-	return ((struct ofi_ctx *)ctx)->local;
-}
-
-const char *dpl__ofi_provider(void *ctx)
-{
-	return ((struct ofi_ctx *)ctx)->prov;
-}
-
-void dpl__ofi_offer_counts(void *ctx, uint64_t *posted, uint64_t *used,
-			   uint64_t *single, uint64_t *held)
-{
-	*posted = ((struct ofi_ctx *)ctx)->offers_posted;
-	*used = ((struct ofi_ctx *)ctx)->offers_used;
-	*single = ((struct ofi_ctx *)ctx)->offers_single;
-	*held = ((struct ofi_ctx *)ctx)->offers_held;
-}
-
-DPL_EXTERN const struct dpl_transport_ops dpl_transport_ofi = {
-	.abi_version = DPL_TRANSPORT_ABI_VERSION,
-	.size = sizeof(struct dpl_transport_ops),
-	.name = "ofi",
-	.caps = DPL_TRANSPORT_CAP_PEER_FAILURE,
-	.ctx_size = sizeof(struct ofi_ctx),
-	.req_size = sizeof(struct ofi_req),
-	.init = ofi_init,
-	.fini = ofi_fini,
-	.isend = ofi_isend,
-	.irecv = ofi_irecv,
-	.test = ofi_test,
-	.progress = ofi_progress,
-	.cancel = ofi_cancel,
-};

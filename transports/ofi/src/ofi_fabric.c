@@ -4,9 +4,10 @@
  *
  * What dpl asks of a provider: FI_EP_RDM with FI_TAGGED and
  * FI_DIRECTED_RECV, send-after-send ordering, send vectors of two
- * entries, and an inject size that holds a control message. IP providers are pinned to one source address (node with
- * FI_SOURCE, and the interface as domain name), so that nothing binds an
- * interface the job did not ask for. The sockets provider is refused.
+ * entries, and an inject size that holds a control message. IP
+ * providers are pinned to one source address (node with FI_SOURCE, and
+ * the interface as domain name), so that nothing binds an interface the
+ * job did not ask for. The sockets provider is refused.
  */
 #define _POSIX_C_SOURCE 200809L
 #include <arpa/inet.h>

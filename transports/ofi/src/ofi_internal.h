@@ -2,83 +2,7 @@
  * ofi_internal.h - state and helpers shared by the files of the libfabric
  * transport; not installed. Internal non-static names carry dpl__ofi_.
  *
- * Wire protocol (all on one FI_EP_RDM endpoint, FI_TAGGED, exact tags):
- *
- *  - The top four bits of the 64-bit fabric tag say what a message is
- *    (OFI_TAG_*); no receive ever has ignore bits.
- *  - Caller messages travel on the message channel, fabric tag MSG (the
- *    same for every caller tag), each behind a 16-byte header: the
- *    caller's tag (bit 63: request to send), a per-sender sequence number
- *    and piggy-backed credits. The receiver keeps a few bounce buffers
- *    posted per peer (directed receives, exact tag), puts arrivals back
- *    in sequence order, and matches them itself against the caller's
- *    receives (exact source and tag, FIFO); arrivals nothing asked for yet
- *    wait in the bounce buffer, in the module, not in the provider.
- *  - Credits: a sender sends on the message channel only while it holds
- *    a credit for that receiver; each message the receiver took out of
- *    the provider (into a bounce buffer, in sequence) returns one
- *    (piggy-backed, or in a CREDIT control message). So the provider
- *    never holds more than a fixed number of messages per peer, and never
- *    runs out of receive entries (shm 1.17 shares one pool of 1024
- *    between posted receives and unexpected messages, and a full pool
- *    blocks every later post).
- *  - A message of L <= the eager limit bytes travels whole after its
- *    header; the receiver compares L (the fabric's length less the
- *    header) with its own and reports DPL_ETRUNC on a mismatch.
- *  - A larger message first sends a request to send: header, the
- *    sender's cookie and L. The receiver answers with a fixed-size
- *    control message: CTS when the lengths agree, after posting an exact
- *    receive on tag BULK|cookie, or NACK when they do not (both sides then
- *    complete with DPL_ETRUNC and the payload never moves). On CTS the
- *    sender posts the payload on tag BULK|cookie.
- *  - Offers (a clear to send ahead of the request): when the caller
- *    posts a receive larger than the eager limit (and at most
- *    OFI_OFFER_MAX) that is the only one waiting for its (peer, tag), the
- *    receiver posts it at once on tag OBULK|its own cookie, behind a
- *    header slot of the operation (2-entry receive), and sends the
- *    peer an offer: cookie, length, tag and how many of the peer's
- *    messages it had taken so far (seq). The offer rides on the next
- *    request to send to that peer (a ping-pong answers right after it
- *    posted its next receive), else it goes alone as an OFFER control
- *    message at the end of that call or in the next progress. The peer
- *    keeps the offer only if it had sent nothing since (its next
- *    sequence number equals seq),
- *    in a table of OFI_OFFERS entries per receiver; the receiver never
- *    has more offers out to one peer than that. The peer's next message
- *    with that tag consumes the offer: a send of exactly that length
- *    sends ONE message on OBULK|cookie (no round trip): a request to
- *    send marked OFI_RTS_OFFER with the receiver's cookie (sequence
- *    number, credits, a riding offer, like any) followed by the payload
- *    (2-entry send vector); the table entry stays, marked used, with
- *    that sequence number. Any other message drops the offer and travels
- *    as usual. On the receiver the header lands in the slot and the
- *    payload in the caller's buffer; the message then takes its turn in
- *    the peer's sequence like a bounce buffer (held while earlier ones
- *    are missing) and completes the offered receive, the first of its
- *    tag from that peer (FIFO). An unmarked message of that tag matches
- *    the offered receive first when the peer had not kept the offer (it
- *    had sent something since): it withdraws the posted payload receive
- *    and carries on as without an offer.
- *  - Cancel of an offered receive withdraws its payload receive from the
- *    fabric first: when the message had already landed the receive
- *    completes normally; otherwise it ends DPL_ECANCELED and the receiver
- *    sends RETRACT. The peer answers RETRACTED when the offer was unused
- *    (removed from its table, or never kept) or USED (sequence number,
- *    tag, length) when its message is already on OBULK|cookie, now
- *    without a receive. Either answer gives the table entry back. USED
- *    arrives in the peer's sequence as a marked request to send (in a
- *    bounce buffer); the next receive of that tag matches it and posts
- *    for the message on OBULK|cookie with a header slot (or drains the
- *    payload into a scratch area when the lengths differ: DPL_ETRUNC);
- *    the header's credits count when it lands. Until USED comes, the
- *    peer's later messages wait behind that sequence number. A used
- *    entry is overwritten only by an offer kept later, which the
- *    receiver made after it took every message sent on used entries.
- *  - Control messages (CTS, NACK, CREDIT, OFFER, RETRACT, RETRACTED,
- *    USED) are
- *    40 bytes on tag CTRL, received into a small ring of preposted
- *    buffers from any source.
- *  - Liveness does not use the fabric (see ofi_live.c).
+ * The wire protocol is in ofi_wire.h.
  */
 #ifndef DPL_OFI_INTERNAL_H
 #define DPL_OFI_INTERNAL_H
@@ -87,91 +11,43 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include <sys/uio.h>
+
 #include <rdma/fabric.h>
 #include <rdma/fi_domain.h>
 #include <rdma/fi_endpoint.h>
+#include <rdma/fi_errno.h>
 
-#include <dpl/transport.h>
+#include <dpl/backend.h>
+#include <dpl/transport_ofi.h>
 
-#define OFI_TAG_MSG (UINT64_C(0) << 60)
-#define OFI_TAG_BULK (UINT64_C(1) << 60)
-#define OFI_TAG_CTRL (UINT64_C(2) << 60)
-#define OFI_TAG_WARM (UINT64_C(3) << 60)
-#define OFI_TAG_OBULK (UINT64_C(4) << 60)
-
-#define OFI_CTRL_MAGIC 0x64706c43u /* "dplC" */
-#define OFI_CTRL_CTS 1u
-#define OFI_CTRL_NACK 2u
-#define OFI_CTRL_CREDIT 3u
-#define OFI_CTRL_OFFER 4u
-#define OFI_CTRL_RETRACT 5u
-#define OFI_CTRL_RETRACTED 6u
-#define OFI_CTRL_USED 7u
-#define OFI_CTRL_WITHDRAW 8u   /* a sender asks to take back a message */
-#define OFI_CTRL_WITHDRAWN 9u  /* the answer: len 1 taken back, 0 not
-				  found (matched, or not here yet) */
-
-#define OFI_MH_RTS (UINT64_C(1) << 63) /* header tag bit: request to send */
-#define OFI_RTS_OFFER (UINT64_C(1) << 63) /* cookie bit: payload sent on
-					     the receiver's offer */
+#include "ofi_wire.h"
 
 #define OFI_NCTRL 4          /* preposted control receives */
 #define OFI_MRC_SIZE 64      /* registration cache entries */
-#define OFI_SLOT_BITS 20     /* slot index bits in a cookie */
 #define OFI_NAME_MAX 256     /* fabric address bytes */
-#define OFI_OFFERS 8         /* offers a sender keeps per receiver */
-#define OFI_OFFER_MAX (UINT64_C(4) << 20) /* largest offered receive */
+#define STAGE_MAX 4096       /* largest message staged to be injected */
+/* Arrival ring entries (ofi_match.c): a bounce buffer (index + 1), or
+ * an offered receive whose message landed (OOO_OP | slot index + 1). */
+#define OOO_OP (UINT32_C(1) << 31)
+/* A send being withdrawn (op->wd): WITHDRAW asked and not answered yet;
+ * answered "not found" (the message was matched, or is not at the
+ * receiver yet: asked again later); taken back. */
+enum { WD_NONE, WD_ASKED, WD_RETRY, WD_GONE };
 
-/* The header in front of every message on the message channel. */
-struct ofi_mhdr {
-	uint64_t tag;    /* caller's tag, | OFI_MH_RTS for a request to send */
-	uint32_t seq;    /* per sender and receiver, from 0 */
-	uint32_t credit; /* bounce buffers the sender re-posted for the
-			    receiver since it last said so */
-};
-
-/* An offer as it travels: alone in an OFFER control message, or riding
- * on a request to send to the same peer. */
-struct ofi_offer_wire {
-	uint64_t cookie; /* the receiver's */
-	uint64_t len;
-	uint64_t tag;    /* the caller's */
-	uint32_t seq;    /* messages of the peer taken so far */
-	uint32_t valid;  /* on a request to send: 1 when one rides along */
-};
-
-/* A request to send; on a receive, the sender's cookie is kept here. */
-struct ofi_rts {
-	struct ofi_mhdr h;
-	uint64_t cookie;
-	uint64_t len;
-	struct ofi_offer_wire offer; /* an offer of ours to the same peer */
-};
-
-/* A bounce buffer of the message channel. */
 /* A FIFO of array elements by index + 1 (0: none); each element keeps
- * the index + 1 of the next in a link field of its own (ofi_data.c). */
+ * the index + 1 of the next in a link field of its own (ofi_slots.c). */
 struct ofi_fifo {
 	uint32_t head, tail;
 };
 
+/* A bounce buffer of the message channel. */
 struct ofi_bounce {
 	struct fi_context2 fc;
 	uint32_t next; /* free, unexpected or pending list (index + 1) */
 	uint32_t peer;
 	size_t len;    /* bytes received, header included */
 	uint8_t posted;
-};
-
-/* A control message, fixed size so it never truncates. */
-struct ofi_ctrl {
-	uint32_t magic;
-	uint32_t type;
-	uint32_t src;
-	uint32_t seq;    /* OFFER: messages of the peer taken so far */
-	uint64_t cookie;
-	uint64_t len;    /* RETRACTED: 1 when the offer was still held */
-	uint64_t tag;    /* OFFER: the caller's tag */
 };
 
 /* An offer a sender holds: its next message with `tag` to that receiver
@@ -271,7 +147,7 @@ struct ofi_op {
 			       waits for its turn in the sequence */
 	uint8_t cts;      /* receive: its bulk receive answers with a CTS */
 	uint8_t drain;    /* receive: bulk drains into the scratch area */
-	uint8_t wd;       /* send being withdrawn: enum in ofi_data.c */
+	uint8_t wd;       /* send being withdrawn: WD_* */
 	int offer_st;     /* result of fc[2] once offer_done */
 	int doom;         /* result forced at completion, 0 = none */
 };
@@ -409,9 +285,10 @@ struct ofi_ctx {
 	bool broken;
 };
 
-/* The module's table (ofi.c), also returned by the plugin entry point of
- * the shared build (ofi_plugin.c). */
-DPL_EXTERN extern const struct dpl_transport_ops dpl_transport_ofi;
+/* Joining and leaving the job (ofi.c); the table is in ofi_ops.c. */
+int dpl__ofi_init(void *ctx, const struct dpl_transport_params *p);
+void dpl__ofi_fini(void *ctx);
+int dpl__ofi_warmup(struct ofi_ctx *c, uint64_t deadline_ns);
 
 /* Options (ofi_opts.c). */
 int dpl__ofi_opts_parse(const char *s, struct ofi_opts *o);
@@ -452,22 +329,113 @@ bool dpl__ofi_live_dead(struct ofi_live *l, uint32_t peer, uint64_t *bye);
 /* Stop: BYE carries sent[r] to each rank r (NULL: no counts). */
 void dpl__ofi_live_close(struct ofi_live *l, const uint64_t *sent);
 
-/* Data path (ofi_data.c). */
+/*
+ * The data path, one job per file; everything runs on the thread that
+ * owns the context and allocates nothing (see each file's comment).
+ */
+
+/* Request slots, bounce buffers and their queues (ofi_slots.c). */
 int dpl__ofi_data_init(struct ofi_ctx *c);
 int dpl__ofi_data_start(struct ofi_ctx *c);
 void dpl__ofi_data_fini(struct ofi_ctx *c);
+struct ofi_op *dpl__ofi_slot_alloc(struct ofi_ctx *c);
+void dpl__ofi_slot_free(struct ofi_ctx *c, struct ofi_op *op);
+void dpl__ofi_release_if_idle(struct ofi_ctx *c, struct ofi_op *op);
+void dpl__ofi_wd_set(struct ofi_ctx *c, struct ofi_op *op, uint8_t v);
+/* End op's request with `status` (once); frees the slot when idle. */
+void dpl__ofi_complete(struct ofi_ctx *c, struct ofi_op *op, int status);
+/* End every pending request with `status` (the endpoint is gone). */
+void dpl__ofi_fail_all(struct ofi_ctx *c, int status);
+void dpl__ofi_wait_push(struct ofi_ctx *c, struct ofi_op *op);
+void dpl__ofi_rq_push(struct ofi_ctx *c, struct ofi_op *op);
+/* The oldest receive of p for tag (or `only`, when given), dequeued. */
+struct ofi_op *dpl__ofi_rq_take(struct ofi_ctx *c, uint32_t p, uint64_t tag,
+				const struct ofi_op *only);
+void dpl__ofi_bounce_free(struct ofi_ctx *c, struct ofi_bounce *b);
+struct ofi_bounce *dpl__ofi_bounce_alloc(struct ofi_ctx *c);
+void dpl__ofi_ux_push(struct ofi_ctx *c, struct ofi_bounce *b);
+struct ofi_bounce *dpl__ofi_ux_take(struct ofi_ctx *c, uint32_t p,
+				    uint64_t tag);
+void dpl__ofi_ux_unlink(struct ofi_ctx *c, uint32_t p, uint32_t prev,
+			uint32_t i);
+
+/* Liveness of peers and the errors of their requests (ofi_peers.c). */
+void dpl__ofi_notice_peer(struct ofi_ctx *c, uint32_t p, uint64_t now);
+int dpl__ofi_op_error(struct ofi_ctx *c, struct ofi_op *op, int err);
+int dpl__ofi_link_error(struct ofi_ctx *c, struct ofi_op *op, int err);
+void dpl__ofi_peer_matched(struct ofi_ctx *c, uint32_t p);
+void dpl__ofi_deadlines(struct ofi_ctx *c);
+void dpl__ofi_check_live(struct ofi_ctx *c);
+int dpl__ofi_post_error(struct ofi_ctx *c, uint32_t peer, const char *what,
+			int rc);
+int dpl__ofi_dead_peer(struct ofi_ctx *c, uint32_t peer);
+
+/* Control messages and withdrawing sends (ofi_ctrl.c). */
+int dpl__ofi_ctrl_post(struct ofi_ctx *c, struct ofi_ctrl_slot *s);
+void dpl__ofi_ctrl_repost_all(struct ofi_ctx *c);
+void dpl__ofi_ctrl_flush(struct ofi_ctx *c);
+/* Send a control message now, or queue it when the fabric is busy. */
+void dpl__ofi_ctrl_send_full(struct ofi_ctx *c, uint32_t peer, uint32_t type,
+			     uint64_t cookie, uint64_t len, uint64_t tag,
+			     uint32_t seq);
+void dpl__ofi_ctrl_send(struct ofi_ctx *c, uint32_t peer, uint32_t type,
+			uint64_t cookie, uint64_t len);
+void dpl__ofi_credit_flush(struct ofi_ctx *c, uint32_t p);
+void dpl__ofi_withdraw_ask(struct ofi_ctx *c, struct ofi_op *op);
+void dpl__ofi_withdraw_retry(struct ofi_ctx *c);
+void dpl__ofi_on_ctrl(struct ofi_ctx *c, struct ofi_ctrl_slot *s, int err);
+
+/* Posting to the fabric (ofi_post.c). Functions returning int give 0,
+ * or a negative fi error; post_rts also 1 for an inject. */
+void dpl__ofi_feed_starved(struct ofi_ctx *c);
+int dpl__ofi_bounce_post(struct ofi_ctx *c, struct ofi_bounce *b, uint32_t p);
+void dpl__ofi_top_up(struct ofi_ctx *c, uint32_t p);
+void dpl__ofi_op_iov(struct ofi_ctx *c, struct ofi_op *op, void *hdr,
+		     size_t hlen, struct iovec iov[2], void *desc[2]);
+int dpl__ofi_post_send_msg(struct ofi_ctx *c, struct ofi_op *op);
+int dpl__ofi_post_rts(struct ofi_ctx *c, struct ofi_op *op);
+int dpl__ofi_post_offered(struct ofi_ctx *c, struct ofi_op *op);
+void dpl__ofi_post_bulk_recv(struct ofi_ctx *c, struct ofi_op *op);
+void dpl__ofi_post_bulk_send(struct ofi_ctx *c, struct ofi_op *op);
+void dpl__ofi_retry_waits(struct ofi_ctx *c);
+int dpl__ofi_inject_msg(struct ofi_ctx *c, uint32_t peer, uint64_t tag,
+			const void *buf, size_t len);
+
+/* Matching arrivals against receives, in sequence (ofi_match.c). */
+void dpl__ofi_deliver(struct ofi_ctx *c, struct ofi_op *op,
+		      struct ofi_bounce *b);
+bool dpl__ofi_in_seq(struct ofi_ctx *c, uint32_t p, const struct ofi_mhdr *h,
+		     uint32_t k);
+void dpl__ofi_on_bounce(struct ofi_ctx *c, struct ofi_bounce *b, int err,
+			size_t len);
+
+/* Offers, both sides (ofi_offer.c). */
+bool dpl__ofi_offer_unsend(struct ofi_ctx *c, struct ofi_op *op);
+struct ofi_offer *dpl__ofi_offer_find(struct ofi_ctx *c, uint32_t p,
+				      uint64_t tag);
+void dpl__ofi_offer_drop(struct ofi_ctx *c, uint32_t p, struct ofi_offer *o);
+void dpl__ofi_offer_keep(struct ofi_ctx *c, uint32_t src,
+			 const struct ofi_offer_wire *m);
+void dpl__ofi_offer_retract(struct ofi_ctx *c, const struct ofi_ctrl *m);
+void dpl__ofi_used_arrive(struct ofi_ctx *c, const struct ofi_ctrl *m);
+void dpl__ofi_used_retry(struct ofi_ctx *c);
+void dpl__ofi_offer_flush_all(struct ofi_ctx *c);
+void dpl__ofi_offer_post(struct ofi_ctx *c, struct ofi_op *op);
 /* Before closing: take back the offers this context has out. */
 void dpl__ofi_data_retract(struct ofi_ctx *c);
+
+/* The completion queue and progress (ofi_cq.c). */
+int dpl__ofi_cq_drain(struct ofi_ctx *c);
+/* One round of progress; completions accumulate in c->reported. */
+int dpl__ofi_progress_once(struct ofi_ctx *c);
 int dpl__ofi_progress(struct ofi_ctx *c);
+
+/* Posting and cancelling requests (ofi_ops.c). */
 int dpl__ofi_isend(struct ofi_ctx *c, struct ofi_req *r, uint32_t peer,
 		   uint64_t tag, const void *buf, size_t len);
 int dpl__ofi_irecv(struct ofi_ctx *c, struct ofi_req *r, uint32_t peer,
 		   uint64_t tag, void *buf, size_t len);
 int dpl__ofi_cancel(struct ofi_ctx *c, struct ofi_req *r);
-int dpl__ofi_warmup(struct ofi_ctx *c, uint64_t deadline_ns);
-
-/* Monotonic clock in nanoseconds. */
-uint64_t dpl__ofi_now(void);
 
 /* For the module's tests: the endpoint's address as text ("127.0.0.1:PORT"
  * or "fi_shm://PID:UID:IDX") and the provider chosen. */
@@ -479,5 +447,57 @@ const char *dpl__ofi_provider(void *ctx);
  * of those landed before an earlier message of that peer. */
 void dpl__ofi_offer_counts(void *ctx, uint64_t *posted, uint64_t *used,
 			   uint64_t *single, uint64_t *held);
+
+/* Small helpers of the data path. */
+
+/* A posted fabric operation that may succeed later: shm 1.17 says
+ * -FI_ENOMEM when its receive entries are in use, which is transient. */
+static inline bool fabric_busy(int rc)
+{
+	return rc == -FI_EAGAIN || rc == -FI_ENOMEM;
+}
+
+static inline uint32_t idx_of(const struct ofi_ctx *c,
+			      const struct ofi_op *op)
+{
+	return (uint32_t)(op - c->op);
+}
+
+static inline uint64_t cookie_of(const struct ofi_ctx *c,
+				 const struct ofi_op *op)
+{
+	return ((uint64_t)op->gen << OFI_SLOT_BITS) | idx_of(c, op);
+}
+
+static inline void *desc_of(struct ofi_ctx *c, const struct ofi_mrref *ref)
+{
+	if (ref->idx >= 0 && c->mrc.e[ref->idx].mr != NULL)
+		return fi_mr_desc(c->mrc.e[ref->idx].mr);
+	if (ref->mr != NULL)
+		return fi_mr_desc(ref->mr);
+	return NULL;
+}
+
+static inline void *static_desc(struct fid_mr *mr)
+{
+	return mr != NULL ? fi_mr_desc(mr) : NULL;
+}
+
+static inline struct ofi_mhdr *bhdr(struct ofi_ctx *c,
+				    const struct ofi_bounce *b)
+{
+	return (struct ofi_mhdr *)(c->bdata + (size_t)(b - c->bounce) * c->bsz);
+}
+
+static inline char *bpayload(struct ofi_ctx *c, const struct ofi_bounce *b)
+{
+	return (char *)bhdr(c, b) + MHDR;
+}
+
+/* Whether op's bulk tag is an offer's (OBULK|cookie). */
+static inline bool obulk(const struct ofi_op *op)
+{
+	return (op->btag & ~TAG_LOW) == OFI_TAG_OBULK;
+}
 
 #endif /* DPL_OFI_INTERNAL_H */

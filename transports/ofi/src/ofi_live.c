@@ -77,14 +77,6 @@ struct ofi_live {
 	struct pollfd *pfd;     /* [n + 2] */
 };
 
-uint64_t dpl__ofi_now(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
-
 static void mark_dead(struct ofi_live *l, uint32_t r)
 {
 	if (atomic_exchange(&l->dead[r], 1) == 0)
@@ -219,7 +211,7 @@ static void read_errors(struct ofi_live *l)
 static void *live_main(void *arg)
 {
 	struct ofi_live *l = arg;
-	uint64_t now = dpl__ofi_now(), next = now;
+	uint64_t now = dpl_clock_ns(), next = now;
 	uint32_t r, k;
 	int ms;
 
@@ -237,7 +229,7 @@ static void *live_main(void *arg)
 			break;
 		if (l->pfd[0].revents != 0)
 			break;
-		now = dpl__ofi_now();
+		now = dpl_clock_ns();
 		if (l->pfd[1].revents & POLLIN)
 			read_datagrams(l, now);
 		if (l->pfd[1].revents & POLLERR)

@@ -19,6 +19,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <dpl/bootstrap.h>
+
 #include "loopback_port.h"
 #include "ofi_harness.h"
 #include "ofi_internal.h"
@@ -27,12 +29,23 @@
 #include <sanitizer/lsan_interface.h>
 #endif
 
-uint64_t h_now_ns(void)
+static int self_allgather(void *user, const void *mine, size_t len,
+			  void *all)
 {
-	struct timespec ts;
+	memcpy(all, mine, len);
+	return 0;
+}
 
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+static int self_barrier(void *user)
+{
+	return 0;
+}
+
+const struct dpl_oob *h_self_oob(void)
+{
+	static const struct dpl_oob oob = {self_allgather, self_barrier, NULL};
+
+	return &oob;
 }
 
 static void nap_us(long us)
@@ -67,7 +80,7 @@ void *h_req(struct h_rank *r)
 
 int h_wait(struct h_rank *r, void *req, uint32_t ms)
 {
-	uint64_t end = h_now_ns() + (uint64_t)ms * 1000000u;
+	uint64_t end = dpl_clock_ns() + (uint64_t)ms * 1000000u;
 	int rc;
 
 	for (;;) {
@@ -78,14 +91,14 @@ int h_wait(struct h_rank *r, void *req, uint32_t ms)
 			rc = r->o->test(r->ctx, req);
 			return rc == DPL_EAGAIN ? DPL_EIO : rc;
 		}
-		if (h_now_ns() > end)
+		if (dpl_clock_ns() > end)
 			return DPL_ETIMEDOUT;
 	}
 }
 
 int h_wait_all(struct h_rank *r, void **req, uint32_t n, uint32_t ms)
 {
-	uint64_t end = h_now_ns() + (uint64_t)ms * 1000000u;
+	uint64_t end = dpl_clock_ns() + (uint64_t)ms * 1000000u;
 	uint32_t i, left;
 	int first = 0, rc;
 	char *done = calloc(n ? n : 1, 1);
@@ -107,7 +120,7 @@ int h_wait_all(struct h_rank *r, void **req, uint32_t n, uint32_t ms)
 		if (left == 0)
 			break;
 		r->o->progress(r->ctx);
-		if (h_now_ns() > end) {
+		if (dpl_clock_ns() > end) {
 			first = DPL_ETIMEDOUT;
 			break;
 		}
@@ -148,9 +161,9 @@ int h_recv(struct h_rank *r, uint32_t peer, uint64_t tag, void *buf,
 
 void h_spin(struct h_rank *r, uint32_t ms)
 {
-	uint64_t end = h_now_ns() + (uint64_t)ms * 1000000u;
+	uint64_t end = dpl_clock_ns() + (uint64_t)ms * 1000000u;
 
-	while (h_now_ns() < end) {
+	while (dpl_clock_ns() < end) {
 		r->o->progress(r->ctx);
 		nap_us(100);
 	}
@@ -185,10 +198,10 @@ size_t h_check(const void *buf, size_t len, uint32_t seed)
 
 bool h_wait_flag(struct h_shared *sh, int i, int v, uint32_t ms)
 {
-	uint64_t end = h_now_ns() + (uint64_t)ms * 1000000u;
+	uint64_t end = dpl_clock_ns() + (uint64_t)ms * 1000000u;
 
 	while (atomic_load(&sh->flag[i]) < v) {
-		if (h_now_ns() > end)
+		if (dpl_clock_ns() > end)
 			return false;
 		nap_us(200);
 	}
@@ -240,7 +253,10 @@ bool h_shm_has_pid(pid_t pid)
 
 static int run_rank(struct h_job *j, uint32_t rank, const char *root)
 {
+	struct dpl_bootstrap_params bp;
 	struct dpl_transport_params p;
+	struct dpl_oob oob;
+	dpl_bootstrap *b = NULL;
 	struct h_rank r;
 	char opts[512];
 	int rc;
@@ -274,10 +290,25 @@ static int run_rank(struct h_job *j, uint32_t rank, const char *root)
 	memset(&p, 0, sizeof p);
 	p.rank = rank;
 	p.world_size = j->n;
-	p.bootstrap = root;
 	p.options = opts;
 	p.timeout_ms = j->timeout_ms ? j->timeout_ms : 20000;
+	/* The host's part: meet the other ranks, lend the exchange to init,
+	 * close it once the transport is open. */
+	memset(&bp, 0, sizeof bp);
+	bp.rank = rank;
+	bp.world_size = j->n;
+	bp.root = root;
+	bp.timeout_ms = p.timeout_ms;
+	rc = dpl_bootstrap_open(&bp, &b);
+	if (rc != 0) {
+		snprintf(j->sh->msg[rank], H_MSG, "rank %u: bootstrap: %s: %s",
+			 rank, dpl_err_name(rc), dpl_last_error());
+		return 102;
+	}
+	dpl_bootstrap_oob(b, &oob);
+	p.oob = &oob;
 	rc = dpl_transport_open(r.o, &p, &r.t);
+	dpl_bootstrap_close(b);
 	if (rc != 0) {
 		snprintf(j->sh->msg[rank], H_MSG, "rank %u: open: %s: %s",
 			 rank, dpl_err_name(rc), dpl_last_error());
@@ -328,7 +359,7 @@ int h_job_run(struct h_job *j)
 	}
 	if (j->ctl != NULL)
 		j->ctl(j->sh, j->pid, j->n, j->arg);
-	end = h_now_ns() + (uint64_t)(j->deadline_ms ? j->deadline_ms
+	end = dpl_clock_ns() + (uint64_t)(j->deadline_ms ? j->deadline_ms
 						      : 60000) * 1000000u;
 	for (;;) {
 		left = 0;
@@ -345,7 +376,7 @@ int h_job_run(struct h_job *j)
 		}
 		if (left == 0)
 			break;
-		if (h_now_ns() > end) {
+		if (dpl_clock_ns() > end) {
 			j->timed_out = true;
 			for (i = 0; i < j->n; i++)
 				if (j->status[i] == -1)

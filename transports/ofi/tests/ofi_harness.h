@@ -1,14 +1,17 @@
 /*
  * ofi_harness.h - multi-process jobs for the libfabric transport's tests.
  *
- * A test forks one process per rank; each opens dpl_transport_ofi with a
- * fresh loopback bootstrap address, runs a rank function and exits with
- * its result. libfabric is only ever initialised in those processes,
- * never in the test process itself. Ranks start with FI_PROVIDER unset
- * (the provider comes from the job) unless the job sets it. Rank
- * functions must not use Criterion's asserts: they use CHECK(), which
- * records a message for the test to report and returns from the rank
- * function.
+ * A test forks one process per rank; each meets the others through dpl's
+ * bootstrap on a fresh loopback root address, opens dpl_transport_ofi
+ * with the bootstrap's out-of-band exchange (closed once the transport
+ * is open), runs a rank function and exits with its result: 102 when the
+ * bootstrap failed, 100 when the transport did not open. libfabric is
+ * only ever initialised in those processes, never in the test process
+ * itself (contexts of one rank opened there fail before they touch it).
+ * Ranks start with FI_PROVIDER unset (the provider comes from the job)
+ * unless the job sets it. Rank functions must not use Criterion's
+ * asserts: they use CHECK(), which records a message for the test to
+ * report and returns from the rank function.
  */
 #ifndef DPL_OFI_HARNESS_H
 #define DPL_OFI_HARNESS_H
@@ -20,9 +23,8 @@
 #include <stdio.h>
 #include <sys/types.h>
 
-#include <dpl/transport.h>
-
-extern const struct dpl_transport_ops dpl_transport_ofi;
+#include <dpl/backend.h>
+#include <dpl/transport_ofi.h>
 
 #define H_MAX_RANKS 8
 #define H_MSG 600
@@ -57,7 +59,8 @@ struct h_job {
 	const char *options;    /* more options, or NULL */
 	const char *env[H_MAX_RANKS]; /* "NAME=VALUE" set in that rank only */
 	const char *netns[H_MAX_RANKS]; /* network namespace to enter */
-	const char *root_host;  /* rank 0's address (default 127.0.0.1) */
+	const char *root_host;  /* rank 0's bootstrap address (default
+				   127.0.0.1) */
 	bool keep_files;        /* leave the shm files of killed ranks */
 	uint32_t n;
 	uint32_t timeout_ms;    /* transport timeout (0 = 20000) */
@@ -71,6 +74,10 @@ struct h_job {
 	struct h_shared *sh;
 	bool timed_out;
 };
+
+/* The out-of-band exchange of a world of one rank (the test process's
+ * own contexts). */
+const struct dpl_oob *h_self_oob(void);
 
 /* Run a job; the shared area stays mapped until h_job_free. Returns 0
  * when every rank exited with 0. */
@@ -122,7 +129,6 @@ void h_spin(struct h_rank *r, uint32_t ms);
 /* Pattern fill and check (returns the first bad index or SIZE_MAX). */
 void h_fill(void *buf, size_t len, uint32_t seed);
 size_t h_check(const void *buf, size_t len, uint32_t seed);
-uint64_t h_now_ns(void);
 /* Wait for sh->flag[i] >= v for up to ms; true when it did. */
 bool h_wait_flag(struct h_shared *sh, int i, int v, uint32_t ms);
 

@@ -2,7 +2,8 @@
  * test_ofi_basic.c - the libfabric transport's table, options, provider
  * choice, loopback pinning, open/close churn, argument checks, memory
  * registration (including a buffer freed and mapped again at the same
- * address) and the report of a rank that could not open its endpoint.
+ * address), the report of a rank that could not open its endpoint, and
+ * init without the host's out-of-band exchange.
  */
 #define _GNU_SOURCE
 #include <criterion/criterion.h>
@@ -56,6 +57,9 @@ Test(ofi, table_is_versioned_and_complete)
 	cr_assert_geq(O->ctx_size, sizeof(struct ofi_ctx));
 	cr_assert(O->init && O->fini && O->isend && O->irecv && O->test &&
 		  O->progress && O->cancel);
+	/* Callers spin on progress; the core runs its ring. */
+	cr_assert(!DPL_HAS_OP(O, wait));
+	cr_assert(!DPL_HAS_OP(O, iallreduce));
 }
 
 /* These fail before libfabric is touched, so they run in the test. */
@@ -66,9 +70,34 @@ static int open1(const char *opts, dpl_transport **t)
 	memset(&p, 0, sizeof p);
 	p.rank = 0;
 	p.world_size = 1;
+	p.oob = h_self_oob();
 	p.options = opts;
 	p.timeout_ms = 5000;
 	return dpl_transport_open(O, &p, t);
+}
+
+/* The host owns the rendezvous: without its exchange init fails, naming
+ * the transport and what is missing, before it touches libfabric. */
+Test(ofi, init_needs_the_hosts_exchange)
+{
+	struct dpl_transport_params p;
+	dpl_transport *t = NULL;
+	int rc;
+
+	memset(&p, 0, sizeof p);
+	p.rank = 0;
+	p.world_size = 2;
+	p.options = "provider=shm";
+	rc = dpl_transport_open(O, &p, &t);
+	cr_assert_eq(rc, DPL_EINVAL, "%s (%s)", dpl_err_name(rc),
+		     dpl_last_error());
+	cr_assert(strstr(dpl_last_error(), "ofi") &&
+		  strstr(dpl_last_error(), "oob"), "%s", dpl_last_error());
+	cr_assert_null(t);
+	p.world_size = 1;
+	rc = dpl_transport_open(O, &p, &t);
+	cr_assert_eq(rc, DPL_EINVAL, "one rank: %s", dpl_err_name(rc));
+	cr_assert_null(t);
 }
 
 Test(ofi, bad_options_are_named)
@@ -130,6 +159,7 @@ Test(ofi, bad_rank_is_rejected)
 	memset(&p, 0, sizeof p);
 	p.rank = 2;
 	p.world_size = 2;
+	p.oob = h_self_oob();
 	cr_assert_eq(dpl_transport_open(O, &p, &t), DPL_EINVAL);
 	cr_assert_null(t);
 }
@@ -296,6 +326,7 @@ static int churn(const char *prov, char *why, size_t n)
 	snprintf(opts, sizeof opts, "provider=%s", prov);
 	memset(&p, 0, sizeof p);
 	p.world_size = 1;
+	p.oob = h_self_oob();
 	p.options = opts;
 	for (i = 0; i < 21; i++) {
 		dpl_transport *t = NULL;
@@ -352,28 +383,32 @@ Test(ofi_shm, open_close_churn, .timeout = 120)
 	churn_in_child("shm");
 }
 
-/* Posts with bad arguments fail at once, naming the argument. */
+/* Posts with bad arguments, through the checked layer every caller
+ * uses (dpl_transport_isend() ...), fail at once, naming the argument;
+ * a cancel of a request this context never posted is the backend's own
+ * DPL_EINVAL. */
 static int bad_posts(struct h_rank *r)
 {
 	uint8_t b[8] = {0};
 	void *q = h_req(r);
 	int rc;
 
-	rc = r->o->isend(r->ctx, q, 7, 1, b, 8, DPL_MEM_HOST);
+	rc = dpl_transport_isend(r->t, q, 7, 1, b, 8, DPL_MEM_HOST);
 	CHECK(r, rc == DPL_EINVAL && strstr(dpl_last_error(), "peer 7"),
 	      "peer 7: %s %s", dpl_err_name(rc), dpl_last_error());
-	rc = r->o->irecv(r->ctx, q, r->rank, 1, b, 8, DPL_MEM_HOST);
+	rc = dpl_transport_irecv(r->t, q, r->rank, 1, b, 8, DPL_MEM_HOST);
 	CHECK(r, rc == DPL_EINVAL, "own rank: %s", dpl_err_name(rc));
-	rc = r->o->isend(r->ctx, q, 1 - r->rank, DPL_TAG_MAX + 1, b, 8,
-			 DPL_MEM_HOST);
+	rc = dpl_transport_isend(r->t, q, 1 - r->rank, DPL_TAG_MAX + 1, b, 8,
+				 DPL_MEM_HOST);
 	CHECK(r, rc == DPL_EINVAL && strstr(dpl_last_error(), "tag"),
 	      "tag: %s %s", dpl_err_name(rc), dpl_last_error());
-	rc = r->o->irecv(r->ctx, q, 1 - r->rank, 1, b, 8, DPL_MEM_CUDA);
+	rc = dpl_transport_irecv(r->t, q, 1 - r->rank, 1, b, 8, DPL_MEM_CUDA);
 	CHECK(r, rc == DPL_ENOTSUP, "cuda: %s", dpl_err_name(rc));
-	rc = r->o->isend(r->ctx, q, 1 - r->rank, 1, NULL, 8, DPL_MEM_HOST);
+	rc = dpl_transport_isend(r->t, q, 1 - r->rank, 1, NULL, 8,
+				 DPL_MEM_HOST);
 	CHECK(r, rc == DPL_EINVAL, "NULL buffer: %s", dpl_err_name(rc));
 	memset(q, 0, r->o->req_size);
-	rc = r->o->cancel(r->ctx, q);
+	rc = dpl_transport_cancel(r->t, q);
 	CHECK(r, rc == DPL_EINVAL, "cancel of nothing: %s", dpl_err_name(rc));
 	/* The largest tag works. */
 	if (r->rank == 0)

@@ -59,7 +59,7 @@ static int kill_victim(struct h_rank *r)
 
 		rc = h_wait(r, q, 10000);
 		t0 = atomic_load(&r->sh->t[T_KILL]);
-		dt = h_now_ns() - t0;
+		dt = dpl_clock_ns() - t0;
 		CHECK(r, rc == DPL_EPEER, "%s with killed rank 1: %s",
 		      i ? "send" : "receive", dpl_err_name(rc));
 		CHECK(r, t0 != 0, "finished before the kill");
@@ -103,7 +103,7 @@ static void kill_ctl(struct h_shared *sh, const pid_t *pids, uint32_t n,
 		return;
 	/* Let the posts reach the fabric. */
 	usleep(50000);
-	atomic_store(&sh->t[T_KILL], h_now_ns());
+	atomic_store(&sh->t[T_KILL], dpl_clock_ns());
 	kill(pids[1], SIGKILL);
 }
 
@@ -135,7 +135,7 @@ static int stopped_peer(struct h_rank *r)
 	atomic_store(&r->sh->flag[F_READY0], 1);
 	rc = h_wait(r, q, 10000);
 	t0 = atomic_load(&r->sh->t[T_KILL]);
-	dt = h_now_ns() - t0;
+	dt = dpl_clock_ns() - t0;
 	atomic_store(&r->sh->flag[F_DONE0], 1);
 	CHECK(r, rc == DPL_EPEER, "receive from a stopped rank: %s",
 	      dpl_err_name(rc));
@@ -152,7 +152,7 @@ static void stop_ctl(struct h_shared *sh, const pid_t *pids, uint32_t n,
 	if (!h_wait_flag(sh, F_READY0, 1, 30000) ||
 	    !h_wait_flag(sh, F_READY1, 1, 30000))
 		return;
-	atomic_store(&sh->t[T_KILL], h_now_ns());
+	atomic_store(&sh->t[T_KILL], dpl_clock_ns());
 	kill(pids[1], SIGSTOP);
 	h_wait_flag(sh, F_DONE0, 1, 30000);
 	kill(pids[1], SIGKILL);
@@ -196,7 +196,7 @@ static int closing_peer(struct h_rank *r)
 	CHECK(r, rc == 0, "irecv: %s", dpl_err_name(rc));
 	rc = r->o->irecv(r->ctx, q[1], 1, 5, b, sizeof b, DPL_MEM_HOST);
 	CHECK(r, rc == 0, "irecv: %s", dpl_err_name(rc));
-	t0 = h_now_ns();
+	t0 = dpl_clock_ns();
 	CHECK(r, h_send(r, 1, 2, &go, 1) == 0, "sync");
 	rc = h_wait(r, q[0], 10000);
 	CHECK(r, rc == 0, "message sent before close: %s", dpl_err_name(rc));
@@ -204,8 +204,8 @@ static int closing_peer(struct h_rank *r)
 	rc = h_wait(r, q[1], 10000);
 	CHECK(r, rc == DPL_EPEER, "receive from a closed rank: %s",
 	      dpl_err_name(rc));
-	CHECK(r, h_now_ns() - t0 < DETECT_NS, "noticed after %.3f s",
-	      (double)(h_now_ns() - t0) / 1e9);
+	CHECK(r, dpl_clock_ns() - t0 < DETECT_NS, "noticed after %.3f s",
+	      (double)(dpl_clock_ns() - t0) / 1e9);
 	free(q[0]);
 	free(q[1]);
 	return 0;
@@ -339,12 +339,12 @@ static int drain_after_close(struct h_rank *r)
 		bad = h_check(b, sizeof b, (uint32_t)i);
 		CHECK(r, bad == SIZE_MAX, "message %d byte %zu", i, bad);
 	}
-	t0 = h_now_ns();
+	t0 = dpl_clock_ns();
 	rc = h_recv(r, 1, 8, b, sizeof b);
 	CHECK(r, rc == DPL_EPEER, "receive beyond what it sent: %s",
 	      dpl_err_name(rc));
-	CHECK(r, h_now_ns() - t0 < DETECT_NS, "took %.3f s",
-	      (double)(h_now_ns() - t0) / 1e9);
+	CHECK(r, dpl_clock_ns() - t0 < DETECT_NS, "took %.3f s",
+	      (double)(dpl_clock_ns() - t0) / 1e9);
 	return 0;
 }
 

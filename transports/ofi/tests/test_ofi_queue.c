@@ -55,12 +55,12 @@ static void reqs_free(void **q, size_t n)
 static int send_push(struct h_rank *r, void *q, uint64_t tag, const void *b,
 		     size_t len, unsigned *eagain)
 {
-	uint64_t end = h_now_ns() + 60000000000ull;
+	uint64_t end = dpl_clock_ns() + 60000000000ull;
 	int rc;
 
 	while ((rc = r->o->isend(r->ctx, q, 1 - r->rank, tag, b, len,
 				 DPL_MEM_HOST)) == DPL_EAGAIN &&
-	       h_now_ns() < end) {
+	       dpl_clock_ns() < end) {
 		(*eagain)++;
 		r->o->progress(r->ctx);
 	}

@@ -1,7 +1,8 @@
 /*
  * shm_threads.c - ranks as threads of one process: the bootstrap with four
  * threads, and two shm contexts driven from two threads at once (the
- * contract lets different contexts run on different threads). Shared by
+ * contract lets different contexts run on different threads), each
+ * opened over its own thread's bootstrap handle. Shared by
  * the Criterion test and the plain driver that ThreadSanitizer builds run
  * (Criterion cannot start under TSan).
  */
@@ -13,9 +14,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
-#include <time.h>
 #include <unistd.h>
 
+#include <dpl/backend.h>
 #include <dpl/bootstrap.h>
 #include <dpl/transport.h>
 #include <dpl/transport_shm.h>
@@ -70,20 +71,39 @@ static void *bootstrap_thread(void *p)
 	return NULL;
 }
 
-static int wait_req(const struct dpl_transport_ops *o, void *ctx, void *req)
+static int wait_req(dpl_transport *t, void *req)
 {
-	struct timespec t0, t;
+	uint64_t end = dpl_clock_ns() + UINT64_C(20000000000);
 	int st;
 
-	clock_gettime(CLOCK_MONOTONIC, &t0);
-	while ((st = o->test(ctx, req)) == DPL_EAGAIN) {
-		o->progress(ctx);
-		o->wait(ctx, 1000000);
-		clock_gettime(CLOCK_MONOTONIC, &t);
-		if (t.tv_sec - t0.tv_sec > 20)
+	while ((st = dpl_transport_test(t, req)) == DPL_EAGAIN) {
+		dpl_transport_progress(t);
+		dpl_transport_wait(t, 1000000);
+		if (dpl_clock_ns() > end)
 			return DPL_ETIMEDOUT;
 	}
 	return st;
+}
+
+/* Meet the other thread on a->root and open the transport over it. */
+static int open_over_bootstrap(struct arg *a, dpl_transport **t)
+{
+	struct dpl_bootstrap_params bp = {(uint32_t)a->rank, 2, a->root,
+					  10000};
+	struct dpl_transport_params tp = {(uint32_t)a->rank, 2, NULL, NULL,
+					  a->opts, 10000, 0};
+	struct dpl_oob oob;
+	dpl_bootstrap *b = NULL;
+	int rc;
+
+	rc = dpl_bootstrap_open(&bp, &b);
+	if (rc != 0)
+		return rc;
+	dpl_bootstrap_oob(b, &oob);
+	tp.oob = &oob;
+	rc = dpl_transport_open(&dpl_transport_shm, &tp, t);
+	dpl_bootstrap_close(b);
+	return rc;
 }
 
 static void *shm_thread(void *p)
@@ -91,21 +111,18 @@ static void *shm_thread(void *p)
 	static const size_t sizes[] = {0, 8, 5000, 70000, BIG};
 	const struct dpl_transport_ops *o = &dpl_transport_shm;
 	struct arg *a = p;
-	struct dpl_transport_params tp = {(uint32_t)a->rank, 2, a->root,
-					  a->opts, 10000, 0};
 	uint32_t peer = (uint32_t)(1 - a->rank);
 	unsigned char *sb = malloc(BIG), *rb = malloc(BIG);
-	void *ctx = calloc(1, o->ctx_size);
 	void *sr = calloc(1, o->req_size), *rr = calloc(1, o->req_size);
+	dpl_transport *t = NULL;
 	size_t k, i;
 	int rc, round;
 
-	if (sb == NULL || rb == NULL || ctx == NULL || sr == NULL ||
-	    rr == NULL) {
+	if (sb == NULL || rb == NULL || sr == NULL || rr == NULL) {
 		fail(a, "allocation", DPL_ENOMEM);
 		goto out;
 	}
-	rc = o->init(ctx, &tp);
+	rc = open_over_bootstrap(a, &t);
 	if (rc != 0) {
 		fail(a, "init", rc);
 		goto out;
@@ -118,15 +135,15 @@ static void *shm_thread(void *p)
 				sb[i] = (unsigned char)(i * 7 + k +
 							(size_t)a->rank);
 			memset(rb, 0, n ? n : 1);
-			if ((rc = o->irecv(ctx, rr, peer, k, rb, n,
-					   DPL_MEM_HOST)) != 0 ||
-			    (rc = o->isend(ctx, sr, peer, k, sb, n,
-					   DPL_MEM_HOST)) != 0) {
+			if ((rc = dpl_transport_irecv(t, rr, peer, k, rb, n,
+						      DPL_MEM_HOST)) != 0 ||
+			    (rc = dpl_transport_isend(t, sr, peer, k, sb, n,
+						      DPL_MEM_HOST)) != 0) {
 				fail(a, "post", rc);
 				goto fini;
 			}
-			if ((rc = wait_req(o, ctx, rr)) != 0 ||
-			    (rc = wait_req(o, ctx, sr)) != 0) {
+			if ((rc = wait_req(t, rr)) != 0 ||
+			    (rc = wait_req(t, sr)) != 0) {
 				fail(a, "exchange", rc);
 				goto fini;
 			}
@@ -138,16 +155,17 @@ static void *shm_thread(void *p)
 				}
 		}
 	/* Both sides must be done before either leaves. */
-	if ((rc = o->irecv(ctx, rr, peer, 99, rb, 1, DPL_MEM_HOST)) != 0 ||
-	    (rc = o->isend(ctx, sr, peer, 99, sb, 1, DPL_MEM_HOST)) != 0 ||
-	    (rc = wait_req(o, ctx, rr)) != 0 || (rc = wait_req(o, ctx, sr)))
+	if ((rc = dpl_transport_irecv(t, rr, peer, 99, rb, 1,
+				      DPL_MEM_HOST)) != 0 ||
+	    (rc = dpl_transport_isend(t, sr, peer, 99, sb, 1,
+				      DPL_MEM_HOST)) != 0 ||
+	    (rc = wait_req(t, rr)) != 0 || (rc = wait_req(t, sr)))
 		fail(a, "final exchange", rc);
 fini:
-	o->fini(ctx);
+	dpl_transport_close(t);
 out:
 	free(sb);
 	free(rb);
-	free(ctx);
 	free(sr);
 	free(rr);
 	return NULL;

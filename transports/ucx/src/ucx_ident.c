@@ -128,32 +128,14 @@ int dpl__ucx_ident_self(struct dpl__ucx_ident *id)
 	return 0;
 }
 
-static void put64(unsigned char *p, uint64_t v)
-{
-	int i;
-
-	for (i = 0; i < 8; i++)
-		p[i] = (unsigned char)(v >> (8 * i));
-}
-
-static uint64_t get64(const unsigned char *p)
-{
-	uint64_t v = 0;
-	int i;
-
-	for (i = 0; i < 8; i++)
-		v |= (uint64_t)p[i] << (8 * i);
-	return v;
-}
-
 void dpl__ucx_ident_pack(const struct dpl__ucx_ident *id, unsigned char *out)
 {
 	memcpy(out, id->boot_id, DPL__UCX_BOOT_ID_LEN);
 	out += DPL__UCX_BOOT_ID_LEN;
-	put64(out, id->pidns_dev);
-	put64(out + 8, id->pidns_ino);
-	put64(out + 16, id->start);
-	put64(out + 24, id->pid);
+	dpl_put_u64(out, id->pidns_dev);
+	dpl_put_u64(out + 8, id->pidns_ino);
+	dpl_put_u64(out + 16, id->start);
+	dpl_put_u64(out + 24, id->pid);
 }
 
 void dpl__ucx_ident_unpack(const unsigned char *in, struct dpl__ucx_ident *id)
@@ -161,10 +143,10 @@ void dpl__ucx_ident_unpack(const unsigned char *in, struct dpl__ucx_ident *id)
 	memcpy(id->boot_id, in, DPL__UCX_BOOT_ID_LEN);
 	id->boot_id[DPL__UCX_BOOT_ID_LEN - 1] = '\0';
 	in += DPL__UCX_BOOT_ID_LEN;
-	id->pidns_dev = get64(in);
-	id->pidns_ino = get64(in + 8);
-	id->start = get64(in + 16);
-	id->pid = (uint32_t)get64(in + 24);
+	id->pidns_dev = dpl_get_u64(in);
+	id->pidns_ino = dpl_get_u64(in + 8);
+	id->start = dpl_get_u64(in + 16);
+	id->pid = (uint32_t)dpl_get_u64(in + 24);
 }
 
 bool dpl__ucx_same_pids(const struct dpl__ucx_ident *a,

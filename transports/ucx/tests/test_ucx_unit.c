@@ -1,7 +1,8 @@
 /*
  * test_ucx_unit.c - the UCX module's parts that need no peer: the table,
  * the UCS status mapping, the options string, process identities and the
- * /proc liveness check, and init's argument checks.
+ * /proc liveness check, the address exchange's pieces over the host's
+ * out-of-band exchange, and init's argument checks.
  */
 #define _POSIX_C_SOURCE 200809L
 #include <criterion/criterion.h>
@@ -13,12 +14,30 @@
 #include <unistd.h>
 
 #include <dpl/transport.h>
+#include <dpl/transport_ucx.h>
 
 #include "ucx_internal.h"
 
-extern const struct dpl_transport_ops dpl_transport_ucx;
-
 static const struct dpl_transport_ops *O = &dpl_transport_ucx;
+
+/* The out-of-band exchange of a world of one: it counts its calls. */
+static int solo_calls;
+
+static int solo_allgather(void *user, const void *mine, size_t len,
+			  void *all)
+{
+	solo_calls++;
+	memcpy(all, mine, len);
+	return 0;
+}
+
+static int solo_barrier(void *user)
+{
+	solo_calls++;
+	return 0;
+}
+
+static const struct dpl_oob solo_oob = {solo_allgather, solo_barrier, NULL};
 
 Test(ucx_unit, table_is_versioned_and_complete)
 {
@@ -31,6 +50,13 @@ Test(ucx_unit, table_is_versioned_and_complete)
 	cr_assert_geq(O->ctx_size, 1);
 	cr_assert(O->init && O->fini && O->isend && O->irecv && O->test &&
 		  O->progress && O->cancel);
+	/* optional members are found by DPL_HAS_OP, not by caps bits */
+	cr_assert(DPL_HAS_OP(O, wait));
+	cr_assert_not(DPL_HAS_OP(O, iallreduce));
+	cr_assert_eq(O->caps & ~(uint64_t)(DPL_TRANSPORT_CAP_PEER_FAILURE |
+					   DPL_TRANSPORT_CAP_MEM_CUDA), 0,
+		     "caps %#llx holds bits no ABI defines",
+		     (unsigned long long)O->caps);
 }
 
 Test(ucx_unit, status_mapping_covers_every_ucs_value)
@@ -207,7 +233,7 @@ Test(ucx_unit, open_refuses_bad_options_and_reserved_fields)
 
 	p.rank = 0;
 	p.world_size = 2;
-	p.bootstrap = "127.0.0.1:1";
+	p.oob = &solo_oob; /* never reached: the checks come first */
 	p.options = "err_mode=sometimes";
 	cr_assert_eq(dpl_transport_open(O, &p, &t), DPL_EINVAL);
 	cr_assert_null(t);
@@ -218,6 +244,27 @@ Test(ucx_unit, open_refuses_bad_options_and_reserved_fields)
 	cr_assert_eq(dpl_transport_open(O, &p, &t), DPL_EINVAL);
 	cr_assert(strstr(dpl_last_error(), "reserved0") != NULL, "%s",
 		  dpl_last_error());
+	cr_assert_eq(solo_calls, 0, "a refused open used the exchange");
+}
+
+Test(ucx_unit, open_without_the_hosts_exchange_is_einval)
+{
+	struct dpl_transport_params p = {0};
+	dpl_transport *t = NULL;
+	uint32_t n;
+
+	for (n = 1; n <= 2; n++) {
+		p.rank = 0;
+		p.world_size = n;
+		p.oob = NULL;
+		cr_assert_eq(dpl_transport_open(O, &p, &t), DPL_EINVAL,
+			     "world of %u", n);
+		cr_assert_null(t);
+		cr_assert(strstr(dpl_last_error(), "ucx") != NULL, "%s",
+			  dpl_last_error());
+		cr_assert(strstr(dpl_last_error(), "params.oob") != NULL,
+			  "%s", dpl_last_error());
+	}
 }
 
 Test(ucx_unit, world_of_one_opens_and_refuses_posts_to_itself)
@@ -230,12 +277,108 @@ Test(ucx_unit, world_of_one_opens_and_refuses_posts_to_itself)
 	cr_assert_leq(O->req_size, sizeof req);
 	p.rank = 0;
 	p.world_size = 1;
+	p.oob = &solo_oob;
+	solo_calls = 0;
 	cr_assert_eq(dpl_transport_open(O, &p, &t), 0, "%s",
 		     dpl_last_error());
-	cr_assert_eq(O->isend(dpl_transport_ctx(t), req, 0, 1, buf, 8,
-			      DPL_MEM_HOST), DPL_EINVAL);
-	cr_assert_eq(O->irecv(dpl_transport_ctx(t), req, 1, 1, buf, 8,
-			      DPL_MEM_HOST), DPL_EINVAL);
-	cr_assert_geq(O->progress(dpl_transport_ctx(t)), 0);
+	cr_assert_eq(solo_calls, 0, "a world of one used the exchange");
+	/* through the checked layer, which refuses them for every backend */
+	cr_assert_eq(dpl_transport_isend(t, req, 0, 1, buf, 8, DPL_MEM_HOST),
+		     DPL_EINVAL);
+	cr_assert_eq(dpl_transport_irecv(t, req, 1, 1, buf, 8, DPL_MEM_HOST),
+		     DPL_EINVAL);
+	cr_assert_geq(dpl_transport_progress(t), 0);
+	cr_assert_eq(dpl_transport_wait(t, 1000000), 0);
 	dpl_transport_close(t);
+}
+
+/*
+ * A fake exchange for rank `me` of FAKE_WORLD: its allgather returns
+ * what every other rank would have sent at the same offset of the same
+ * round (a pattern of rank and offset), checks the length limit and
+ * counts the calls.
+ */
+#define FAKE_WORLD 3u
+
+struct fake_oob {
+	uint32_t me;
+	size_t off; /* bytes of the round gathered so far */
+	int calls;
+	bool too_long;
+};
+
+static unsigned char fake_byte(uint32_t rank, size_t at)
+{
+	return (unsigned char)(rank * 61u + at * 7u + (at >> 8));
+}
+
+static int fake_allgather(void *user, const void *mine, size_t len,
+			  void *all)
+{
+	const unsigned char *in = mine;
+	struct fake_oob *f = user;
+	unsigned char *out = all;
+	uint32_t r;
+	size_t i;
+
+	f->calls++;
+	if (len == 0 || len > DPL_OOB_BLOB_MAX)
+		f->too_long = true;
+	for (r = 0; r < FAKE_WORLD; r++)
+		for (i = 0; i < len; i++)
+			out[r * len + i] =
+				r == f->me ? in[i] : fake_byte(r, f->off + i);
+	f->off += len;
+	return 0;
+}
+
+static int fake_barrier(void *user)
+{
+	return 0;
+}
+
+Test(ucx_unit, oob_gather_splits_long_slots_and_keeps_one_rank)
+{
+	static const size_t lens[] = {4, 100, DPL_OOB_BLOB_MAX,
+				      DPL_OOB_BLOB_MAX + 1,
+				      2 * DPL_OOB_BLOB_MAX + 1808};
+	unsigned char *mine, *got, *tmp;
+	struct fake_oob f;
+	struct dpl_oob oob = {fake_allgather, fake_barrier, &f};
+	size_t k, i, len;
+
+	tmp = malloc(FAKE_WORLD * DPL_OOB_BLOB_MAX);
+	cr_assert_not_null(tmp);
+	for (k = 0; k < sizeof lens / sizeof lens[0]; k++) {
+		len = lens[k];
+		mine = malloc(len);
+		got = malloc(len);
+		cr_assert(mine != NULL && got != NULL);
+		for (i = 0; i < len; i++)
+			mine[i] = fake_byte(1, i);
+		memset(&f, 0, sizeof f);
+		f.me = 1;
+		memset(got, 0, len);
+		cr_assert_eq(dpl__ucx_oob_gather(&oob, mine, len, 2, got, tmp),
+			     0);
+		cr_assert_not(f.too_long, "%zu bytes: a piece beyond %d",
+			      len, DPL_OOB_BLOB_MAX);
+		cr_assert_eq(f.calls,
+			     (int)((len + DPL_OOB_BLOB_MAX - 1) /
+				   DPL_OOB_BLOB_MAX),
+			     "%zu bytes in %d allgathers", len, f.calls);
+		for (i = 0; i < len; i++)
+			cr_assert_eq(got[i], fake_byte(2, i),
+				     "%zu bytes: byte %zu is not rank 2's",
+				     len, i);
+		/* its own contribution comes back as it went */
+		memset(&f, 0, sizeof f);
+		f.me = 1;
+		cr_assert_eq(dpl__ucx_oob_gather(&oob, mine, len, 1, got, tmp),
+			     0);
+		cr_assert_eq(memcmp(got, mine, len), 0);
+		free(mine);
+		free(got);
+	}
+	free(tmp);
 }

@@ -1,5 +1,6 @@
 /*
- * ucx_ranks.c - the multi-process harness of the UCX module's tests.
+ * ucx_ranks.c - the multi-process harness of the UCX module's tests, and
+ * the helpers their cases share.
  */
 #define _POSIX_C_SOURCE 200809L
 #include <criterion/criterion.h>
@@ -16,6 +17,8 @@
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
+
+#include <dpl/bootstrap.h>
 
 #include "loopback_port.h"
 #include "ucx_ranks.h"
@@ -85,10 +88,10 @@ int req_wait(struct rank *r, void *req, uint32_t ms)
 	int rc;
 
 	for (;;) {
-		rc = r->o->test(r->ctx, req);
+		rc = dpl_transport_test(r->t, req);
 		if (rc != DPL_EAGAIN)
 			return rc;
-		check(r, r->o->progress(r->ctx) >= 0, "progress failed");
+		check(r, dpl_transport_progress(r->t) >= 0, "progress failed");
 		if ((++spins & 1023) == 0) {
 			if (mono_ns() > end)
 				return DPL_ETIMEDOUT;
@@ -101,7 +104,8 @@ void send_now(struct rank *r, uint32_t peer, uint64_t tag, const void *buf,
 	      size_t len)
 {
 	void *req = req_new(r);
-	int rc = r->o->isend(r->ctx, req, peer, tag, buf, len, DPL_MEM_HOST);
+	int rc = dpl_transport_isend(r->t, req, peer, tag, buf, len,
+				     DPL_MEM_HOST);
 
 	check(r, rc == 0, "isend to %u tag %#llx: %s (%s)", peer,
 	      (unsigned long long)tag, dpl_err_name(rc), dpl_last_error());
@@ -116,7 +120,8 @@ void recv_now(struct rank *r, uint32_t peer, uint64_t tag, void *buf,
 	      size_t len)
 {
 	void *req = req_new(r);
-	int rc = r->o->irecv(r->ctx, req, peer, tag, buf, len, DPL_MEM_HOST);
+	int rc = dpl_transport_irecv(r->t, req, peer, tag, buf, len,
+				     DPL_MEM_HOST);
 
 	check(r, rc == 0, "irecv from %u tag %#llx: %s (%s)", peer,
 	      (unsigned long long)tag, dpl_err_name(rc), dpl_last_error());
@@ -145,9 +150,26 @@ void spin_ms(struct rank *r, uint32_t ms)
 	uint64_t end = mono_ns() + (uint64_t)ms * 1000000u;
 
 	while (mono_ns() < end) {
-		check(r, r->o->progress(r->ctx) >= 0, "progress failed");
+		check(r, dpl_transport_progress(r->t) >= 0,
+		      "progress failed");
 		sched_yield();
 	}
+}
+
+void sleep_ms(uint32_t ms)
+{
+	struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
+
+	while (nanosleep(&ts, &ts) != 0)
+		;
+}
+
+unsigned char *xmalloc(struct rank *r, size_t n)
+{
+	unsigned char *p = malloc(n ? n : 1);
+
+	check(r, p != NULL, "out of memory for %zu bytes", n);
+	return p;
 }
 
 void pattern_fill(unsigned char *buf, size_t len, uint32_t seed)
@@ -169,6 +191,72 @@ size_t pattern_bad(const unsigned char *buf, size_t len, uint32_t seed)
 	return len;
 }
 
+void one_transfer(struct rank *r, uint32_t from, uint32_t to, size_t len,
+		  bool expected, uint64_t tag, size_t soff, size_t roff,
+		  uint32_t seed)
+{
+	unsigned char *buf;
+	void *req;
+	size_t bad;
+	int rc;
+
+	if (r->id == from) {
+		buf = xmalloc(r, len + soff);
+		pattern_fill(buf + soff, len, seed);
+		if (expected)
+			check(r, token_recv(r, to, TOK + 1) == tag,
+			      "wrong go token");
+		req = req_new(r);
+		rc = dpl_transport_isend(r->t, req, to, tag, buf + soff, len,
+					 DPL_MEM_HOST);
+		check(r, rc == 0, "isend %zu: %s", len, dpl_last_error());
+		if (!expected)
+			token_send(r, to, TOK + 2, tag);
+		rc = req_wait(r, req, 10000);
+		check(r, rc == 0, "send of %zu bytes (%s): %s (%s)", len,
+		      expected ? "expected" : "unexpected", dpl_err_name(rc),
+		      dpl_last_error());
+		free(req);
+		free(buf);
+	} else if (r->id == to) {
+		buf = xmalloc(r, len + roff + 64);
+		memset(buf, 0x5c, len + roff + 64);
+		req = req_new(r);
+		if (expected) {
+			rc = dpl_transport_irecv(r->t, req, from, tag,
+						 buf + roff, len,
+						 DPL_MEM_HOST);
+			check(r, rc == 0, "irecv: %s", dpl_last_error());
+			token_send(r, from, TOK + 1, tag);
+		} else {
+			check(r, token_recv(r, from, TOK + 2) == tag,
+			      "wrong sent token");
+			spin_ms(r, 2);
+			rc = dpl_transport_irecv(r->t, req, from, tag,
+						 buf + roff, len,
+						 DPL_MEM_HOST);
+			check(r, rc == 0, "irecv: %s", dpl_last_error());
+		}
+		rc = req_wait(r, req, 10000);
+		check(r, rc == 0, "receive of %zu bytes (%s): %s (%s)", len,
+		      expected ? "expected" : "unexpected", dpl_err_name(rc),
+		      dpl_last_error());
+		bad = pattern_bad(buf + roff, len, seed);
+		check(r, bad == len, "%zu bytes (%s, offsets %zu/%zu): byte "
+		      "%zu differs", len, expected ? "expected" : "unexpected",
+		      soff, roff, bad);
+		for (bad = 0; bad < 64; bad++)
+			check(r, buf[roff + len + bad] == 0x5c,
+			      "guard byte %zu after a %zu-byte receive "
+			      "overwritten", bad, len);
+		for (bad = 0; bad < roff; bad++)
+			check(r, buf[bad] == 0x5c, "byte before the receive "
+			      "buffer overwritten");
+		free(req);
+		free(buf);
+	}
+}
+
 /* A free loopback port for the bootstrap root. */
 static unsigned pick_port(void)
 {
@@ -178,10 +266,38 @@ static unsigned pick_port(void)
 	return (unsigned)port;
 }
 
+int rank_open(struct rank *r)
+{
+	struct dpl_bootstrap_params bp = {0};
+	struct dpl_transport_params p = {0};
+	struct dpl_oob oob;
+	dpl_bootstrap *b = NULL;
+	int rc;
+
+	p.rank = r->id;
+	p.world_size = r->job->n;
+	p.options = r->job->options;
+	p.timeout_ms = r->job->timeout_ms ? r->job->timeout_ms : 10000;
+	bp.rank = p.rank;
+	bp.world_size = p.world_size;
+	bp.root = r->job->root;
+	bp.timeout_ms = p.timeout_ms;
+	r->t = NULL;
+	r->ctx = NULL;
+	if ((rc = dpl_bootstrap_open(&bp, &b)) != 0)
+		return rc;
+	dpl_bootstrap_oob(b, &oob);
+	p.oob = &oob;
+	rc = dpl_transport_open(r->o, &p, &r->t);
+	dpl_bootstrap_close(b); /* the transport keeps no pointer to it */
+	if (rc == 0)
+		r->ctx = dpl_transport_ctx(r->t);
+	return rc;
+}
+
 static void run_rank(struct job *job, uint32_t id, rank_fn fn, void *arg,
 		     struct rank *r)
 {
-	struct dpl_transport_params p = {0};
 	uint64_t t0;
 	int rc;
 
@@ -189,13 +305,8 @@ static void run_rank(struct job *job, uint32_t id, rank_fn fn, void *arg,
 	r->job = job;
 	r->id = id;
 	r->o = &dpl_transport_ucx;
-	p.rank = id;
-	p.world_size = job->n;
-	p.bootstrap = job->root;
-	p.options = job->options;
-	p.timeout_ms = job->timeout_ms ? job->timeout_ms : 10000;
 	t0 = mono_ns();
-	rc = dpl_transport_open(r->o, &p, &r->t);
+	rc = rank_open(r);
 	r->open_ns = mono_ns() - t0;
 	if (rc != 0 && in_child) {
 		fprintf(stderr, "rank %u: open: %s (%s)\n", id,
@@ -203,7 +314,6 @@ static void run_rank(struct job *job, uint32_t id, rank_fn fn, void *arg,
 		_exit(CHILD_OPEN_FAIL);
 	}
 	check(r, rc == 0, "open: %s (%s)", dpl_err_name(rc), dpl_last_error());
-	r->ctx = dpl_transport_ctx(r->t);
 	fn(r, arg);
 	dpl_transport_close(r->t);
 	r->t = NULL;

@@ -1,176 +1,31 @@
 /*
- * dpl/device_cpu.h - the CPU device and the reference model that runs on
- * it: a multi-layer perceptron on CBLAS (OpenBLAS), in double precision.
+ * dpl/device_cpu.h - the CPU device: host memory whose sum runs on CBLAS
+ * (OpenBLAS daxpy/saxpy). It is the device of the reference model
+ * (dpl/model_mlp.h), which lives in its own library.
  *
- * The model is what `dpl train` trains and what the runner's tests check
- * against one-device training. Layer l (of L) is dense: z = x W^T + b with
- * W of widths[l+1] x widths[l]; every layer but the last is followed by
- * ReLU or GELU; the last layer's output feeds softmax cross-entropy or
- * mean squared error. A stage holds a contiguous range of layers. The
- * optimizer is SGD with momentum or Adam. Initialisation and data depend
- * only on the seed, so every replica of a stage, and a one-device run,
- * start from the same bits.
+ * Parameters (struct dpl_device_params): index must be 0 (the host is one
+ * device); options must be NULL or empty (the device has none). Opening
+ * it sets OpenBLAS to one thread per call, so that ranks running as
+ * threads do not share BLAS worker threads.
  *
- * Data: a learnable synthetic task. Sample k has inputs drawn from a
- * normal distribution by a hash of (seed, k); its target comes from a
- * fixed random "teacher" map T of the inputs: the class argmax(T x) for
- * cross-entropy, tanh(T x) for mean squared error. Iteration i uses
- * samples (i * batch + j) mod dataset, j in [0, batch).
+ * Memory: DPL_MEM_HOST only, 64-byte aligned; copy moves host to host;
+ * sum adds F64 or F32 (DPL_ENOTSUP for other dtypes and memory kinds).
+ * The table keeps no state of its own (ctx_size 0), so any number of
+ * handles may be open, each used by one thread at a time.
  *
- * Threads: a dpl_mlp is used by one thread at a time; different objects
- * may be used from different threads. dpl_mlp_create() sets OpenBLAS to
- * one thread per call, so that ranks running as threads do not share
- * BLAS worker threads.
+ * Library: dpl_device_cpu (dpl::device_cpu, pkg-config dpl-device-cpu).
  */
 #ifndef DPL_DEVICE_CPU_H
 #define DPL_DEVICE_CPU_H
 
 #include <dpl/device.h>
-#include <dpl/runner.h>
 
 #ifdef __cplusplus
 extern "C" {
 #endif
 
-/* Host memory, summed with CBLAS daxpy/saxpy: the device of the model. */
+/* Host memory, summed with CBLAS daxpy/saxpy (name "cpu"). */
 DPL_EXTERN extern const struct dpl_device_ops dpl_device_cpu;
-
-enum dpl_mlp_activation {
-	DPL_MLP_RELU = 0,
-	DPL_MLP_GELU = 1 /* tanh approximation */
-};
-
-enum dpl_mlp_loss {
-	DPL_MLP_SOFTMAX_CE = 0, /* classes = the last width */
-	DPL_MLP_MSE = 1         /* mean over the outputs of (y - t)^2 */
-};
-
-enum dpl_mlp_optimizer {
-	DPL_MLP_SGD = 0, /* v = momentum v + g; w -= lr v */
-	DPL_MLP_ADAM = 1 /* with bias correction */
-};
-
-/* The model. Zero-initialise, then set; zeros take the defaults given. */
-struct dpl_mlp_params {
-	uint32_t layers;         /* L >= 1 */
-	const uint32_t *widths;  /* L + 1 values >= 1: input .. output */
-	uint32_t activation;     /* enum dpl_mlp_activation */
-	uint32_t loss;           /* enum dpl_mlp_loss */
-	uint32_t optimizer;      /* enum dpl_mlp_optimizer */
-	uint32_t reserved0;
-	double lr;               /* 0: 0.05 (SGD), 0.001 (Adam) */
-	double momentum;         /* SGD; 0 = none */
-	double beta1, beta2;     /* Adam; 0: 0.9, 0.999 */
-	double eps;              /* Adam; 0: 1e-8 */
-	uint64_t seed;
-	uint64_t dataset;        /* distinct samples; 0 = batch (the same
-				    samples every iteration) */
-};
-
-/*
- * Which part of the model one object holds: stage s has layers
- * [bounds[s], bounds[s+1]) with bounds[0] = 0 and bounds[stages] = L, in
- * increasing order (each stage at least one layer). `local` flags the
- * stages this object holds (NULL: all). For each held stage it keeps
- * slots[s] micro-batches of state (dpl_schedule_bound; NULL: 1 each) of
- * at most max_samples samples.
- */
-struct dpl_mlp_layout {
-	uint32_t stages;
-	const uint32_t *bounds;   /* stages + 1 */
-	const uint8_t *local;     /* stages flags, or NULL */
-	const uint32_t *slots;    /* stages counts, or NULL */
-	uint64_t max_samples;     /* per micro-batch on this replica, >= 1 */
-	uint64_t batch;           /* samples per iteration, >= 1 */
-};
-
-typedef struct dpl_mlp dpl_mlp;
-
-/*
- * dpl_mlp_create - allocate and initialise the held stages. On success
- * *out owns the object (dpl_mlp_destroy). Errors: DPL_EINVAL naming the
- * bad value (no layers, a width of 0, bounds out of order or a stage
- * without layers, unknown activation/loss/optimizer, a negative or
- * non-finite rate), DPL_ENOMEM. Thread-safe.
- */
-DPL_EXTERN int dpl_mlp_create(const struct dpl_mlp_params *p,
-			      const struct dpl_mlp_layout *l,
-			      dpl_mlp **out);
-
-/* dpl_mlp_destroy - free; NULL is a no-op. */
-DPL_EXTERN void dpl_mlp_destroy(dpl_mlp *m);
-
-/*
- * The stage callbacks of the model, with `user` = the dpl_mlp. forward
- * and backward take the runner's buffers (activations are doubles, the
- * previous stage's width per sample); backward is backward_input then
- * backward_weight, so split and whole schedules compute the same bits.
- * Weight gradients accumulate over micro-batches in the order backwards
- * run; the loss gradient is scaled by 1 / batch. step applies the
- * optimizer and clears the gradients. They return DPL_EINVAL for a stage
- * this object does not hold or buffers of the wrong size.
- */
-DPL_EXTERN extern const struct dpl_stage_ops dpl_mlp_stage_ops;
-
-/*
- * dpl_mlp_bounds - split L layers into `stages` contiguous stages as
- * evenly as possible (dpl_split), writing stages + 1 bounds.
- * DPL_EINVAL when stages is 0 or exceeds the layers.
- */
-DPL_EXTERN int dpl_mlp_bounds(uint32_t layers, uint32_t stages,
-			      uint32_t *bounds);
-
-/*
- * dpl_mlp_activation_bytes - bytes per sample that stage s sends forward:
- * 8 * widths[bounds[s + 1]], for each of `stages` stages (the last
- * stage's value is its output width, unused by the runner).
- */
-DPL_EXTERN void dpl_mlp_activation_bytes(const struct dpl_mlp_params *p,
-					 const uint32_t *bounds,
-					 uint32_t stages, uint64_t *out);
-
-/*
- * dpl_mlp_loss - the loss this object computed during the last completed
- * iteration (its last step): the sum over its samples of the per-sample
- * loss, divided by batch; summed over the last stage's replicas it is
- * the batch mean. DPL_EINVAL when the object does not hold the last
- * layer or no step ran yet.
- */
-DPL_EXTERN int dpl_mlp_loss(const dpl_mlp *m, double *out);
-
-/*
- * dpl_mlp_layer - the weights (out x in, row-major) and biases (out) of
- * layer `layer`, owned by the object, with the counts in *nw and *nb.
- * DPL_EINVAL when the object does not hold that layer.
- */
-DPL_EXTERN int dpl_mlp_layer(const dpl_mlp *m, uint32_t layer,
-			     const double **w, size_t *nw, const double **b,
-			     size_t *nb);
-
-/*
- * dpl_mlp_layer_grad - the accumulated (not yet applied) gradients of a
- * layer, as dpl_mlp_layer. For tests and tools.
- */
-DPL_EXTERN int dpl_mlp_layer_grad(const dpl_mlp *m, uint32_t layer,
-				  const double **w, size_t *nw,
-				  const double **b, size_t *nb);
-
-/*
- * dpl_mlp_stage_bytes - the activation memory stage `stage` keeps for
- * each micro-batch alive (its slot: pre- and post-activations and their
- * gradients, and the generated inputs on the first stage), for
- * max_samples samples, in *out. DPL_EINVAL when the stage is not held.
- */
-DPL_EXTERN int dpl_mlp_stage_bytes(const dpl_mlp *m, uint32_t stage,
-				   uint64_t *out);
-
-/*
- * dpl_mlp_sample - the inputs (widths[0] values) and target of global
- * sample `k`: for cross-entropy *cls is the class and t is unused, for
- * MSE t receives the last width's targets. Thread-safe.
- */
-DPL_EXTERN void dpl_mlp_sample(const struct dpl_mlp_params *p, uint64_t k,
-			       double *x, uint32_t *cls, double *t);
 
 #ifdef __cplusplus
 }

@@ -1,87 +1,40 @@
 /*
- * dpl/device_synthetic.h - a device that emulates time and memory: stage
- * callbacks that take a configured time per action by sleeping until a
- * deadline (clock_nanosleep with TIMER_ABSTIME on CLOCK_MONOTONIC, never
- * spinning) and that account a configured activation size per micro-
- * batch, so that a pipeline of 8 or more stages can be timed on two
- * cores. Memory is host memory; the device counts what it allocates.
+ * dpl/device_synthetic.h - the synthetic device: host memory that counts
+ * what it allocates, process-wide. It is the device of the synthetic
+ * model (dpl/model_synthetic.h: stage callbacks that emulate time and
+ * activation memory), which lives in its own library.
  *
- * A callback's deadline is taken from the moment it is called, so the
- * emulated compute of different ranks overlaps exactly as real devices
- * would, while the threads sleep. The deadline is moved earlier by the
- * thread's recent wake-up lateness (at most a quarter of the op), so that
- * on a loaded machine an op still takes its configured time on average.
+ * Parameters (struct dpl_device_params): index must be 0; options are
+ * ignored. Memory: DPL_MEM_HOST only, 64-byte aligned; copy moves host to
+ * host; sum adds F32 or F64 in a plain loop (DPL_ENOTSUP for other dtypes
+ * and memory kinds). The table keeps no per-handle state, so any number
+ * of handles may be open, each used by one thread at a time; the counter
+ * is atomic.
  *
- * Threads: a dpl_synthetic is used by one thread at a time (one per
- * rank); different objects may be used from different threads.
+ * Library: dpl_device_synthetic (dpl::device_synthetic, pkg-config
+ * dpl-device-synthetic). Needs libc only.
  */
 #ifndef DPL_DEVICE_SYNTHETIC_H
 #define DPL_DEVICE_SYNTHETIC_H
 
+#include <stdint.h>
+
 #include <dpl/device.h>
-#include <dpl/runner.h>
 
 #ifdef __cplusplus
 extern "C" {
 #endif
 
-/* Host memory; dpl_device_synthetic_allocated() counts it. */
+/* Host memory (name "synthetic"); dpl_device_synthetic_allocated() counts
+ * it. */
 DPL_EXTERN extern const struct dpl_device_ops dpl_device_synthetic;
 
-/* Bytes currently allocated through dpl_device_synthetic, process-wide. */
+/*
+ * dpl_device_synthetic_allocated - the bytes currently allocated through
+ * dpl_device_synthetic and not yet freed, over every handle of the
+ * process (headers excluded). Thread-safe; does not block.
+ */
 DPL_EXTERN uint64_t dpl_device_synthetic_allocated(void);
-
-/*
- * Parameters. Zero-initialise, then set. Costs are per micro-batch in
- * `unit_ns` nanoseconds (1e6: milliseconds), I and W default to B / 2 as
- * in dpl_stage_cost. With samples_per_microbatch > 0 a call's time is
- * scaled by its samples over that number (replicas split the work).
- */
-struct dpl_synthetic_params {
-	uint32_t stages;                     /* S >= 1 */
-	const struct dpl_stage_cost *costs;  /* S entries, or NULL: uniform */
-	struct dpl_stage_cost uniform;       /* used when costs is NULL */
-	double unit_ns;                      /* > 0 */
-	const uint64_t *activation_bytes;    /* S: bytes one micro-batch keeps
-						alive from F to B (or W);
-						NULL = 0 */
-	uint64_t samples_per_microbatch;     /* 0: no scaling */
-	size_t grad_count;                   /* float gradients per stage to
-						reduce (0: none) */
-};
-
-typedef struct dpl_synthetic dpl_synthetic;
-
-/*
- * dpl_synthetic_create - an object for all S stages (a rank uses the ones
- * it runs). On success *out owns it (dpl_synthetic_destroy). DPL_EINVAL
- * naming a bad value (S = 0, a negative or non-finite cost, unit_ns <=
- * 0), DPL_ENOMEM. Thread-safe.
- */
-DPL_EXTERN int dpl_synthetic_create(const struct dpl_synthetic_params *p,
-				    dpl_synthetic **out);
-
-/* dpl_synthetic_destroy - free; NULL is a no-op. */
-DPL_EXTERN void dpl_synthetic_destroy(dpl_synthetic *s);
-
-/* The stage callbacks, with `user` = the dpl_synthetic. */
-DPL_EXTERN extern const struct dpl_stage_ops dpl_synthetic_stage_ops;
-
-/* What one stage of an object saw. Times in nanoseconds. */
-struct dpl_synthetic_stats {
-	uint64_t calls[4];          /* F, B, I, W */
-	uint64_t busy_ns;           /* sum of the configured times */
-	uint64_t late_ns;           /* sum of how far ops ended past their
-				       configured time */
-	uint64_t live_bytes;        /* activations alive now */
-	uint64_t peak_live_bytes;   /* their peak */
-	uint64_t steps;
-};
-
-/* dpl_synthetic_stats - copy stage `stage`'s figures; DPL_EINVAL when
- * out of range. */
-DPL_EXTERN int dpl_synthetic_stats(const dpl_synthetic *s, uint32_t stage,
-				   struct dpl_synthetic_stats *out);
 
 #ifdef __cplusplus
 }

@@ -1,0 +1,352 @@
+/*
+ * train_gather.c - the results of a multi-process `dpl train` on their
+ * way to rank 0, which prints them.
+ *
+ * After training, every rank sends rank 0 its results through the
+ * transport, on tags the runner leaves to applications
+ * (DPL_RUNNER_APP_TAG, dpl/runner.h): the length of its report, then the
+ * report, an array of doubles:
+ *   loss[iterations] (NAN where this rank has none),
+ *   n, then n x {stage, peak in flight, peak buffer bytes}   (replica 0),
+ *   n, then n x {layer, nw, nb, w[nw], b[nb]}                 (replica 0).
+ * Rank 0 answers every rank when it has them all; then all close.
+ */
+#define _POSIX_C_SOURCE 200809L
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <dpl/backend.h>
+#include <dpl/dpl.h>
+#include <dpl/transport.h>
+#if defined(DPL_HAVE_DEVICE_CPU)
+#include <dpl/model_mlp.h>
+#endif
+
+#include "cli.h"
+#include "train.h"
+
+#define TAG_LEN DPL_RUNNER_APP_TAG(1)
+#define TAG_BODY DPL_RUNNER_APP_TAG(2)
+#define TAG_ACK DPL_RUNNER_APP_TAG(3)
+
+size_t train_report_build(struct train_rank *k, double *out)
+{
+	struct train_job *J = k->J;
+	size_t n = 0, at;
+	uint32_t s, l;
+
+	for (l = 0; l < J->o.iterations; l++, n++)
+		if (out)
+			out[n] = J->loss[(size_t)l * J->world + k->rank];
+	at = n++;
+	if (out)
+		out[at] = 0;
+	for (s = 0; k->replica == 0 && s < J->nstages; s++) {
+		struct dpl_runner_stage_stats ss;
+
+		if (dpl_runner_stage_stats(k->r, s, &ss) != 0)
+			continue;
+		if (out) {
+			out[at]++;
+			out[n] = s;
+			out[n + 1] = ss.peak_inflight;
+			out[n + 2] = (double)ss.peak_buffer_bytes;
+		}
+		n += 3;
+	}
+	at = n++;
+	if (out)
+		out[at] = 0;
+#if defined(DPL_HAVE_DEVICE_CPU)
+	for (l = 0; !J->o.synthetic && k->replica == 0 && l < J->layers;
+	     l++) {
+		const double *w, *b;
+		size_t nw, nb;
+
+		if (dpl_schedule_stage_rank(J->sched,
+					    train_layer_stage(J, l)) !=
+			    k->prank ||
+		    dpl_mlp_layer(k->model, l, &w, &nw, &b, &nb) != 0)
+			continue;
+		if (out) {
+			out[at]++;
+			out[n] = l;
+			out[n + 1] = (double)nw;
+			out[n + 2] = (double)nb;
+			memcpy(out + n + 3, w, nw * sizeof *w);
+			memcpy(out + n + 3 + nw, b, nb * sizeof *b);
+		}
+		n += 3 + nw + nb;
+	}
+#endif
+	return n;
+}
+
+/* Is v a whole number in [0, max]? (NAN is not.) */
+static bool whole(double v, double max)
+{
+	return v >= 0 && v <= max && v == floor(v);
+}
+
+/* Read rank q's report of n doubles into J and R; views point into it. */
+static int report_read(struct train_job *J, struct train_result *R, uint32_t q,
+		       const double *d, size_t n, struct train_layer *v)
+{
+	size_t at = J->o.iterations, i, cnt;
+
+	if (n < at + 2)
+		goto bad;
+	for (i = 0; i < J->o.iterations; i++)
+		J->loss[i * J->world + q] = d[i];
+	if (!whole(d[at], J->nstages))
+		goto bad;
+	cnt = (size_t)d[at++];
+	if (n - at < cnt * 3 + 1)
+		goto bad;
+	for (i = 0; i < cnt; i++, at += 3) {
+		if (!whole(d[at], J->nstages - 1) ||
+		    !whole(d[at + 1], UINT32_MAX) ||
+		    !whole(d[at + 2], 0x1p53))
+			goto bad;
+		R->peak[(uint32_t)d[at]] = (uint32_t)d[at + 1];
+		R->peak_bytes[(uint32_t)d[at]] = (uint64_t)d[at + 2];
+	}
+	if (!whole(d[at], J->layers))
+		goto bad;
+	cnt = (size_t)d[at++];
+	for (i = 0; i < cnt; i++) {
+		size_t nw, nb;
+		uint32_t l;
+
+		if (n - at < 3 || !whole(d[at], J->layers - 1) ||
+		    !whole(d[at + 1], (double)(n - at)) ||
+		    !whole(d[at + 2], (double)(n - at)))
+			goto bad;
+		l = (uint32_t)d[at];
+		nw = (size_t)d[at + 1];
+		nb = (size_t)d[at + 2];
+		at += 3;
+		if (nw > n - at || nb > n - at - nw)
+			goto bad;
+		v[l].w = d + at;
+		v[l].nw = nw;
+		v[l].b = d + at + nw;
+		v[l].nb = nb;
+		at += nw + nb;
+	}
+	if (at != n)
+		goto bad;
+	return 0;
+bad:
+	return cli_fail(CMD, "rank %u sent a malformed report (%zu values)",
+			q, n);
+}
+
+struct xreq {
+	void *req;
+	uint32_t peer;
+	bool live;
+};
+
+/*
+ * Progress until every live request in x[0..n) completed, or the
+ * deadline. On an error, k->msg says what (`what` and the peer) and the
+ * code is returned; requests still live then stay with the transport
+ * until it is closed.
+ */
+static int wait_all(struct train_rank *k, struct xreq *x, size_t n,
+		    uint64_t deadline, const char *what)
+{
+	bool can_wait = DPL_HAS_OP(dpl_transport_ops(k->t), wait);
+	struct timespec nap = {0, 20000};
+	size_t i, live;
+	int rc;
+
+	for (;;) {
+		if ((rc = dpl_transport_progress(k->t)) < 0) {
+			snprintf(k->msg, sizeof k->msg, "rank %u: %s: %s",
+				 k->rank, what, dpl_last_error());
+			return rc;
+		}
+		for (i = 0, live = 0; i < n; i++) {
+			if (!x[i].live)
+				continue;
+			rc = dpl_transport_test(k->t, x[i].req);
+			if (rc == DPL_EAGAIN) {
+				live++;
+				continue;
+			}
+			x[i].live = false;
+			if (rc != 0) {
+				snprintf(k->msg, sizeof k->msg,
+					 "rank %u: %s rank %u: %s (%s)",
+					 k->rank, what, x[i].peer,
+					 dpl_strerror(rc), dpl_err_name(rc));
+				return rc;
+			}
+		}
+		if (live == 0)
+			return 0;
+		if (dpl_clock_ns() > deadline) {
+			for (i = 0; i < n && !x[i].live; i++)
+				;
+			snprintf(k->msg, sizeof k->msg,
+				 "rank %u: %s rank %u: no answer within %g s "
+				 "(DPL_ETIMEDOUT)", k->rank, what, x[i].peer,
+				 k->J->o.timeout_s);
+			return DPL_ETIMEDOUT;
+		}
+		if (can_wait)
+			dpl_transport_wait(k->t, 1000000);
+		else
+			nanosleep(&nap, NULL);
+	}
+}
+
+int train_gather(struct train_rank *k, struct train_result *R,
+		 const double *mine, uint64_t nmine)
+{
+	struct train_job *J = k->J;
+	size_t rsz = (dpl_transport_req_size(k->t) + 63) / 64 * 64;
+	uint64_t deadline = dpl_clock_ns() + (uint64_t)(J->o.timeout_s * 1e9);
+	uint64_t *lens = calloc(J->world, sizeof *lens);
+	double **bodies = calloc(J->world, sizeof *bodies);
+	struct train_layer *v = calloc(J->layers + 1, sizeof *v);
+	struct xreq *x = calloc(J->world, sizeof *x);
+	unsigned char *reqs = calloc(J->world, rsz), ack = 0;
+	uint32_t q;
+	int rc = 0;
+
+	if (!lens || !bodies || !v || !x || !reqs) {
+		snprintf(k->msg, sizeof k->msg, "rank %u: out of memory",
+			 k->rank);
+		rc = DPL_ENOMEM;
+		goto out;
+	}
+	for (q = 0; q < J->world; q++) {
+		x[q].req = reqs + (size_t)q * rsz;
+		x[q].peer = k->rank == 0 ? q : 0;
+	}
+	if (k->rank != 0) {
+		lens[0] = nmine;
+		rc = dpl_transport_isend(k->t, x[0].req, 0, TAG_LEN,
+					 &lens[0], sizeof lens[0],
+					 DPL_MEM_HOST);
+		x[0].live = rc == 0;
+		if (rc == 0)
+			rc = wait_all(k, x, 1, deadline,
+				      "sending results to");
+		if (rc == 0) {
+			rc = dpl_transport_isend(k->t, x[0].req, 0,
+						 TAG_BODY, mine,
+						 nmine * sizeof *mine,
+						 DPL_MEM_HOST);
+			x[0].live = rc == 0;
+		}
+		if (rc == 0)
+			rc = wait_all(k, x, 1, deadline,
+				      "sending results to");
+		if (rc == 0) {
+			rc = dpl_transport_irecv(k->t, x[0].req, 0, TAG_ACK,
+						 &ack, 0, DPL_MEM_HOST);
+			x[0].live = rc == 0;
+		}
+		if (rc == 0)
+			rc = wait_all(k, x, 1, deadline,
+				      "waiting for the end from");
+		else if (k->msg[0] == '\0')
+			snprintf(k->msg, sizeof k->msg, "rank %u: posting "
+				 "results for rank 0: %s", k->rank,
+				 dpl_last_error());
+		goto out;
+	}
+	for (q = 1; q < J->world && rc == 0; q++) {
+		rc = dpl_transport_irecv(k->t, x[q].req, q, TAG_LEN,
+					 &lens[q], sizeof lens[q],
+					 DPL_MEM_HOST);
+		x[q].live = rc == 0;
+	}
+	if (rc == 0)
+		rc = wait_all(k, x, J->world, deadline, "results from");
+	for (q = 1; q < J->world && rc == 0; q++) {
+		if (lens[q] > ((uint64_t)1 << 32)) {
+			snprintf(k->msg, sizeof k->msg, "rank %u: rank %u "
+				 "announced a report of %llu values", k->rank,
+				 q, (unsigned long long)lens[q]);
+			rc = DPL_EINVAL;
+			break;
+		}
+		bodies[q] = malloc((size_t)lens[q] * sizeof **bodies + 1);
+		if (bodies[q] == NULL) {
+			rc = DPL_ENOMEM;
+			snprintf(k->msg, sizeof k->msg, "rank %u: out of "
+				 "memory", k->rank);
+			break;
+		}
+		rc = dpl_transport_irecv(k->t, x[q].req, q, TAG_BODY,
+					 bodies[q],
+					 (size_t)lens[q] * sizeof **bodies,
+					 DPL_MEM_HOST);
+		x[q].live = rc == 0;
+	}
+	if (rc == 0)
+		rc = wait_all(k, x, J->world, deadline, "results from");
+	for (q = 1; q < J->world && rc == 0; q++) {
+		rc = dpl_transport_isend(k->t, x[q].req, q, TAG_ACK, &ack,
+					 0, DPL_MEM_HOST);
+		x[q].live = rc == 0;
+	}
+	if (rc == 0) {
+		rc = wait_all(k, x, J->world, deadline, "ending with");
+		/* Every result is in. A rank that got its ACK may close before
+		 * this side sees the send complete: that is the end, not a
+		 * failure. */
+		if (rc == DPL_EPEER) {
+			rc = 0;
+			k->msg[0] = '\0';
+		}
+	}
+	if (rc != 0) {
+		if (k->msg[0] == '\0')
+			snprintf(k->msg, sizeof k->msg, "rank %u: gathering "
+				 "results: %s", k->rank, dpl_last_error());
+		goto out;
+	}
+	if (report_read(J, R, 0, mine, nmine, v) != 0) {
+		rc = DPL_EINVAL;
+		goto done;
+	}
+	for (q = 1; q < J->world; q++)
+		if (report_read(J, R, q, bodies[q], lens[q], v) != 0) {
+			rc = DPL_EINVAL;
+			goto done;
+		}
+	R->seconds = (double)(k->t1 - k->t0) / 1e9;
+	R->samples_per_s = (double)J->o.batch * J->o.iterations / R->seconds;
+	train_finish_results(J, R);
+	rc = train_weights_results(J, v, R) == CLI_OK ? 0 : DPL_EINVAL;
+done:
+	/* Reported already: no rank message. */
+	if (rc != 0)
+		k->msg[0] = '\0';
+out:
+	/* Requests still pending belong to the transport: close it before
+	 * their buffers go. */
+	for (q = 0; q < J->world; q++)
+		if (x && x[q].live) {
+			dpl_transport_close(k->t);
+			k->t = NULL;
+			break;
+		}
+	for (q = 0; bodies && q < J->world; q++)
+		free(bodies[q]);
+	free(bodies);
+	free(lens);
+	free(v);
+	free(x);
+	free(reqs);
+	return rc;
+}

@@ -1,0 +1,201 @@
+/*
+ * train_plan.c - from the flags of `dpl train` (and the plan file that
+ * --plan names) to a job: the layout of stages and replicas, the
+ * schedule, and the layers of every stage. Every combination the job
+ * cannot run is a usage error here, before anything runs.
+ */
+#define _POSIX_C_SOURCE 200809L
+#include <stdlib.h>
+#include <string.h>
+
+#include <dpl/dpl.h>
+#include <dpl/json.h>
+#include <dpl/plan.h>
+#if defined(DPL_HAVE_DEVICE_CPU)
+#include <dpl/model_mlp.h>
+#endif
+
+#include "cli.h"
+#include "train.h"
+
+static int read_plan(struct train_job *J)
+{
+	struct train_opts *o = &J->o;
+	struct dpl_plan plan;
+	uint32_t s, i, world = 0;
+	size_t len;
+	char *text;
+	int rc;
+
+	if ((rc = cli_read_file(CMD, o->plan_path, &text, &len)) != 0)
+		return rc;
+	rc = dpl_plan_read_json(text, len, &plan);
+	free(text);
+	if (rc != 0)
+		return cli_usage_error(CMD, "%s: %s", o->plan_path,
+				       dpl_last_error());
+	if (plan.stages > TRAIN_MAX_STAGES)
+		return cli_usage_error(CMD, "%s: %u stages (at most %u)",
+				       o->plan_path, plan.stages,
+				       TRAIN_MAX_STAGES);
+	for (s = 0; s < plan.stages; s++)
+		world += plan.stage[s].replicas;
+	if (o->nreplicas > 0) {
+		uint32_t given = 0;
+
+		for (i = 0; i < o->nreplicas; i++)
+			given += o->replicas[i];
+		if (o->nreplicas == 1)
+			given = o->replicas[0] * plan.stages;
+		if (given != world)
+			return cli_usage_error(CMD, "--plan %s is for a world "
+					       "of %u ranks, --replicas gives "
+					       "%u", o->plan_path, world,
+					       given);
+	}
+	if (o->stages_set && o->stages != plan.stages)
+		return cli_usage_error(CMD, "--plan %s has %u stages, "
+				       "--stages says %u", o->plan_path,
+				       plan.stages, o->stages);
+	if (o->mb_set && o->microbatches != plan.microbatches)
+		return cli_usage_error(CMD, "--plan %s has %u micro-batches, "
+				       "--microbatches says %u", o->plan_path,
+				       plan.microbatches, o->microbatches);
+	if (o->policy_set && o->policy != plan.policy)
+		return cli_usage_error(CMD, "--plan %s uses %s, --policy "
+				       "says %s", o->plan_path,
+				       dpl_policy_name(plan.policy),
+				       dpl_policy_name(o->policy));
+	if (o->batch_set && o->batch != (uint64_t)plan.microbatch_size *
+						 plan.microbatches)
+		return cli_usage_error(CMD, "--plan %s has a batch of %u x %u "
+				       "samples, --batch says %llu",
+				       o->plan_path, plan.microbatches,
+				       plan.microbatch_size,
+				       (unsigned long long)o->batch);
+	o->stages = plan.stages;
+	o->microbatches = plan.microbatches;
+	o->policy = plan.policy;
+	o->batch = (uint64_t)plan.microbatch_size * plan.microbatches;
+	o->nreplicas = plan.stages;
+	for (s = 0; s < plan.stages; s++)
+		o->replicas[s] = plan.stage[s].replicas;
+	J->layers = plan.stage[plan.stages - 1].last_layer + 1;
+	for (s = 0; s < plan.stages; s++)
+		J->bounds[s] = plan.stage[s].first_layer;
+	J->bounds[plan.stages] = J->layers;
+	if (o->widths_set && o->nwidths - 1 != J->layers)
+		return cli_usage_error(CMD, "--plan %s cuts %u layers, "
+				       "--widths gives %zu", o->plan_path,
+				       J->layers, o->nwidths - 1);
+	if (!o->widths_set) {
+		if (J->layers > TRAIN_MAX_LAYERS)
+			return cli_usage_error(CMD, "--plan %s: %u layers "
+					       "(at most %u)", o->plan_path,
+					       J->layers, TRAIN_MAX_LAYERS);
+		o->nwidths = J->layers + 1;
+		for (i = 0; i <= J->layers; i++)
+			o->widths[i] = i == 0 ? 16 : i == J->layers ? 4 : 64;
+	}
+	return 0;
+}
+
+/* Check everything and build the schedule; nothing runs yet. */
+int train_resolve(struct train_job *J)
+{
+	static const uint32_t def_widths[] = {16, 64, 64, 64, 64, 64, 64, 64,
+					      4};
+	struct train_opts *o = &J->o;
+	struct dpl_schedule_params sp = {0};
+	uint64_t world = 0;
+	uint32_t p, s;
+	int rc;
+
+	if (o->plan_path && (rc = read_plan(J)) != 0)
+		return rc;
+	if (!o->widths_set && !o->plan_path) {
+		memcpy(o->widths, def_widths, sizeof def_widths);
+		o->nwidths = sizeof def_widths / sizeof def_widths[0];
+	}
+	if (!o->plan_path)
+		J->layers = (uint32_t)o->nwidths - 1;
+	if (o->policy == DPL_POLICY_INTERLEAVED && o->chunks == 0)
+		return cli_usage_error(CMD, "--policy interleaved needs "
+				       "--chunks V (>= 2)");
+	if (o->policy != DPL_POLICY_INTERLEAVED && o->chunks != 0)
+		return cli_usage_error(CMD, "--chunks applies to --policy "
+				       "interleaved only");
+	if (o->policy == DPL_POLICY_BOUNDED && o->cap == 0)
+		return cli_usage_error(CMD, "--policy bounded needs --cap C");
+	if (o->policy != DPL_POLICY_BOUNDED && o->cap != 0)
+		return cli_usage_error(CMD, "--cap applies to --policy "
+				       "bounded only");
+	J->nstages = o->stages * (o->chunks ? o->chunks : 1);
+	J->ranks = o->stages;
+	if (J->nstages > TRAIN_MAX_STAGES)
+		return cli_usage_error(CMD, "%u stages (at most %u)",
+				       J->nstages, TRAIN_MAX_STAGES);
+	if (!o->synthetic && J->nstages > J->layers)
+		return cli_usage_error(CMD, "more stages (%u) than layers "
+				       "(%u): every stage needs a layer",
+				       J->nstages, J->layers);
+	if (o->nreplicas > 1 && o->nreplicas != J->ranks)
+		return cli_usage_error(CMD, "--replicas: %zu values for %u "
+				       "stages (give one, or one per stage%s)",
+				       o->nreplicas, J->ranks,
+				       o->chunks ? " rank" : "");
+	for (p = 0; p < J->ranks; p++) {
+		J->reps[p] = o->nreplicas == 0   ? 1
+			     : o->nreplicas == 1 ? o->replicas[0]
+						 : o->replicas[p];
+		world += J->reps[p];
+	}
+	if (world > TRAIN_MAX_RANKS)
+		return cli_usage_error(CMD, "%llu ranks: this command runs "
+				       "at most %u ranks as threads",
+				       (unsigned long long)world,
+				       TRAIN_MAX_RANKS);
+	J->world = (uint32_t)world;
+	if (o->batch < o->microbatches)
+		return cli_usage_error(CMD, "--batch %llu < --microbatches "
+				       "%u: every micro-batch needs a sample",
+				       (unsigned long long)o->batch,
+				       o->microbatches);
+	if (o->momentum_set && o->optimizer != 0)
+		return cli_usage_error(CMD, "--momentum applies to "
+				       "--optimizer sgd only");
+	if (o->check && o->synthetic)
+		return cli_usage_error(CMD, "--check compares weights: it "
+				       "needs --device cpu");
+	if (o->fail && o->fail_rank >= J->world)
+		return cli_usage_error(CMD, "--fail-at: rank %u out of range "
+				       "(world of %u ranks)", o->fail_rank,
+				       J->world);
+	if (o->fail && o->fail_iter >= o->iterations)
+		return cli_usage_error(CMD, "--fail-at: iteration %u out of "
+				       "range (%u iterations)", o->fail_iter,
+				       o->iterations);
+	sp.stages = o->stages;
+	sp.microbatches = o->microbatches;
+	sp.policy = o->policy;
+	sp.chunks = o->chunks;
+	sp.cap_all = o->cap;
+	if (dpl_schedule_build(&sp, &J->sched) != 0)
+		return cli_usage_error(CMD, "%s", dpl_last_error());
+	if (dpl_schedule_lower(J->sched) != 0)
+		return cli_fail(CMD, "%s", dpl_last_error());
+	if (!o->synthetic && !o->plan_path) {
+#if defined(DPL_HAVE_DEVICE_CPU)
+		if (dpl_mlp_bounds(J->layers, J->nstages, J->bounds) != 0)
+			return cli_usage_error(CMD, "%s", dpl_last_error());
+#else
+		return cli_usage_error(CMD, "--device cpu: dpl was built "
+				       "without the CPU device (OpenBLAS)");
+#endif
+	}
+	for (s = 0; s < J->nstages; s++)
+		J->act[s] = o->synthetic ? o->act_bytes
+					 : 8u * (uint64_t)
+							o->widths[J->bounds[s + 1]];
+	return 0;
+}

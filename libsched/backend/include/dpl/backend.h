@@ -1,0 +1,95 @@
+/*
+ * dpl/backend.h - small tools every transport and device module needs,
+ * so that no module writes its own: the monotonic clock (dpl/common.h),
+ * the little-endian byte codec for wire headers (dpl/bytes.h), the "key=value,..." option parser of
+ * struct dpl_transport_params.options, and the macro that declares a
+ * module's plugin entry point. For backend authors; users of dpl do not
+ * need it. Library dpl::backend (libdpl-backend), which
+ * dpl_add_transport() and dpl_add_device() link for every module.
+ *
+ * Threads: every function here is thread-safe (no shared state).
+ */
+#ifndef DPL_BACKEND_H
+#define DPL_BACKEND_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <dpl/common.h>
+#include <dpl/bytes.h>
+#include <dpl/transport.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* dpl_clock_ns() (the one monotonic clock) is declared in dpl/common.h. */
+
+/* Kinds of value an option takes. */
+enum dpl_option_kind {
+	DPL_OPT_U64 = 0,  /* decimal integer in [lo, hi], into uint64_t */
+	DPL_OPT_U32 = 1,  /* decimal integer in [lo, hi], into uint32_t */
+	DPL_OPT_SIZE = 2, /* integer with an optional k, m or g suffix
+			     (powers of 1024) in [lo, hi], into uint64_t */
+	DPL_OPT_BOOL = 3, /* 1, on, yes, true / 0, off, no, false, into bool */
+	DPL_OPT_TEXT = 4, /* non-empty text shorter than `size`, into char[] */
+	DPL_OPT_ENUM = 5  /* one of `names` (NULL-terminated), its index into
+			     uint32_t */
+};
+
+/*
+ * One option a module accepts. `dst` points at the field to fill; `set`,
+ * when not NULL, becomes true once the key was given.
+ */
+struct dpl_option {
+	const char *key;
+	uint32_t kind; /* enum dpl_option_kind */
+	void *dst;
+	uint64_t lo, hi;           /* for U64, U32 and SIZE */
+	size_t size;               /* for TEXT: bytes at dst */
+	const char *const *names;  /* for ENUM */
+	bool *set;
+};
+
+/*
+ * dpl_options_parse - parse `text` ("key=value,key=value", NULL or ""
+ * for none) against the n options of `table` and fill their fields in
+ * order. `module` prefixes every message ("ofi: option slots='x' is not
+ * a number"). Fields of keys that were not given are left alone, so the
+ * caller fills in defaults first.
+ * Errors (DPL_EINVAL, naming the key and value in dpl_last_error()): a
+ * part without '=', an unknown key, a key given twice, a value out of
+ * range or not of its kind. On error the fields may be partly filled;
+ * the caller discards them. DPL_ENOMEM. Does not block.
+ */
+DPL_EXTERN int dpl_options_parse(const char *module, const char *text,
+				 const struct dpl_option *table, size_t n);
+
+/*
+ * DPL_TRANSPORT_PLUGIN(table) - define the entry point a shared build of
+ * the module exports for dpl_transport_load() (dpl/transport_load.h),
+ * returning &table. Put it once at file scope in the module's source,
+ * after the table, followed by a semicolon.
+ * It expands to nothing unless DPL_BUILDING_PLUGIN is defined, which the
+ * build (cmake's dpl_add_transport) does for shared libraries only, so a
+ * static archive holding several modules does not define it twice.
+ */
+#ifdef DPL_BUILDING_PLUGIN
+#define DPL_TRANSPORT_PLUGIN(table)                                          \
+	DPL_EXTERN const struct dpl_transport_ops *dpl_transport_plugin_v1(   \
+		void);                                                       \
+	const struct dpl_transport_ops *dpl_transport_plugin_v1(void)        \
+	{                                                                    \
+		return &(table);                                             \
+	}                                                                    \
+	extern const struct dpl_transport_ops table
+#else
+#define DPL_TRANSPORT_PLUGIN(table)                                          \
+	extern const struct dpl_transport_ops table
+#endif
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* DPL_BACKEND_H */

@@ -1,0 +1,129 @@
+/*
+ * dpl/bootstrap.h - how the ranks of a job meet: a small out-of-band TCP
+ * channel for exchanging address blobs and for barriers. It is one
+ * provider of the host's out-of-band exchange (struct dpl_oob in
+ * dpl/transport.h, see dpl_bootstrap_oob()); an embedder with its own
+ * rendezvous (MPI, torchrun's store) passes that instead. Library
+ * dpl::bootstrap (libdpl-bootstrap); the core does not need it.
+ *
+ * Rendezvous: rank 0 listens on the root address ("host:port"); every
+ * other rank connects to it, says who it is, and rank 0 answers once all
+ * ranks are there (a star). Collectives go through rank 0. Everything is
+ * bounded by the timeout given at open; a rank that never arrives is an
+ * error naming it.
+ *
+ * The root address comes from the caller or from the environment, in
+ * this order: DPL_RANK, DPL_WORLD_SIZE, DPL_ROOT ("host:port"); else
+ * torchrun's RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT. With torchrun's
+ * variables dpl listens on MASTER_PORT + 1, because torchrun's agent (or
+ * torch.distributed's store) already holds MASTER_PORT itself.
+ *
+ * Liveness: the channel stays open until close. A peer whose process
+ * dies closes its socket; the next collective then fails with DPL_EPEER
+ * naming it, and dpl_bootstrap_check() reports it without blocking.
+ *
+ * Threads: one thread at a time per bootstrap handle.
+ */
+#ifndef DPL_BOOTSTRAP_H
+#define DPL_BOOTSTRAP_H
+
+#include <dpl/common.h>
+#include <dpl/transport.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Largest blob one rank contributes to a collective. */
+#define DPL_BOOTSTRAP_BLOB_MAX 4096
+
+struct dpl_bootstrap_params {
+	uint32_t rank;       /* < world_size */
+	uint32_t world_size; /* >= 1 */
+	const char *root;    /* "host:port" of rank 0; "host:0" lets rank 0
+				pick a port (see dpl_bootstrap_root); NULL:
+				from the environment (DPL_ROOT, else
+				MASTER_ADDR:MASTER_PORT + 1) */
+	uint32_t timeout_ms; /* for open and every collective; 0 = 60000 */
+};
+
+typedef struct dpl_bootstrap dpl_bootstrap;
+
+/*
+ * dpl_bootstrap_open - meet the other ranks. Blocks until all world_size
+ * ranks have connected or timeout_ms passes. Rank 0 binds root (loopback
+ * or the given host only, never a wildcard address unless asked with
+ * "0.0.0.0"). On success *out owns the handle.
+ * Errors: DPL_EINVAL (rank, world size or root malformed, named),
+ * DPL_ETIMEDOUT ("ranks 2, 3 never arrived" / "root 127.0.0.1:29500 did
+ * not answer"), DPL_EBUSY (a rank arrived twice), DPL_EIO (socket
+ * errors, with errno's text), DPL_ENOMEM.
+ */
+DPL_EXTERN int dpl_bootstrap_open(const struct dpl_bootstrap_params *p,
+				  dpl_bootstrap **out);
+
+/*
+ * dpl_bootstrap_open_env - dpl_bootstrap_open with rank, world size and
+ * root read from the environment (see above). DPL_EINVAL naming the
+ * variable when one is missing or malformed.
+ */
+DPL_EXTERN int dpl_bootstrap_open_env(uint32_t timeout_ms,
+				      dpl_bootstrap **out);
+
+/* Rank and world size of an open handle. */
+DPL_EXTERN uint32_t dpl_bootstrap_rank(const dpl_bootstrap *b);
+DPL_EXTERN uint32_t dpl_bootstrap_world_size(const dpl_bootstrap *b);
+
+/*
+ * dpl_bootstrap_root - the root address actually bound ("127.0.0.1:4711"
+ * when rank 0 was given port 0), into buf[0..size). Returns the length or
+ * DPL_ERANGE when buf is too small.
+ */
+DPL_EXTERN int dpl_bootstrap_root(const dpl_bootstrap *b, char *buf,
+				  size_t size);
+
+/*
+ * dpl_bootstrap_allgather - every rank contributes `len` bytes (the same
+ * len on all ranks, <= DPL_BOOTSTRAP_BLOB_MAX); on return all[r * len ..]
+ * holds rank r's bytes on every rank. Blocks up to the timeout.
+ * Errors: DPL_EINVAL (len too large or different across ranks),
+ * DPL_EPEER naming a rank that died, DPL_ETIMEDOUT naming the ranks that
+ * did not take part, DPL_EIO.
+ */
+DPL_EXTERN int dpl_bootstrap_allgather(dpl_bootstrap *b, const void *mine,
+				       size_t len, void *all);
+
+/* dpl_bootstrap_barrier - allgather of nothing: same blocking and errors. */
+DPL_EXTERN int dpl_bootstrap_barrier(dpl_bootstrap *b);
+
+/* No rank: what dpl_bootstrap_check() stores when it knows of none. */
+#define DPL_BOOTSTRAP_NO_RANK UINT32_MAX
+
+/*
+ * dpl_bootstrap_check - non-blocking liveness check of the channel:
+ * 0 while every peer this rank is connected to is there; DPL_EPEER once
+ * one has closed its end (rank 0 sees every rank; other ranks see rank
+ * 0), or once a collective failed because a rank died (rank 0 tells the
+ * others which one). With DPL_EPEER the dead rank is named in
+ * dpl_last_error() and stored in *dead_rank; otherwise *dead_rank is
+ * DPL_BOOTSTRAP_NO_RANK. dead_rank may be NULL. DPL_EINVAL for b == NULL.
+ */
+DPL_EXTERN int dpl_bootstrap_check(dpl_bootstrap *b, uint32_t *dead_rank);
+
+/*
+ * dpl_bootstrap_oob - fill *out with `b` as the out-of-band exchange a
+ * transport's init uses (params.oob of dpl_transport_open()): its
+ * allgather is dpl_bootstrap_allgather(), its barrier
+ * dpl_bootstrap_barrier(), with their blocking, timeout and errors. `b`
+ * must stay open while a transport's init runs; one handle serves every
+ * transport the job opens. Does not block.
+ */
+DPL_EXTERN void dpl_bootstrap_oob(dpl_bootstrap *b, struct dpl_oob *out);
+
+/* dpl_bootstrap_close - close the channel and free; NULL is a no-op. */
+DPL_EXTERN void dpl_bootstrap_close(dpl_bootstrap *b);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* DPL_BOOTSTRAP_H */

@@ -1,0 +1,94 @@
+/*
+ * internal.h - declarations shared by the core's source files; not
+ * installed. Internal non-static names carry the dpl__ prefix.
+ */
+#ifndef DPL_INTERNAL_H
+#define DPL_INTERNAL_H
+
+#include <stdarg.h>
+#include <stdbool.h>
+
+#include <dpl/schedule.h>
+
+#if defined(__GNUC__)
+#define DPL__PRINTF(a, b) __attribute__((format(printf, a, b)))
+#define DPL__COLD __attribute__((cold, noinline))
+#define DPL__NOINLINE __attribute__((noinline))
+#else
+#define DPL__NOINLINE
+#define DPL__PRINTF(a, b)
+#define DPL__COLD
+#endif
+
+/* Upper bound on actions in one schedule (indices stay in int32). */
+#define DPL__MAX_ACTIONS ((size_t)1 << 31)
+
+/*
+ * Record `fmt` as the calling thread's last error and return `code`, so
+ * that callers write `return dpl__error(DPL_EINVAL, "...", ...);`.
+ */
+#define dpl__error dpl_set_error
+int dpl__verror(int code, const char *fmt, va_list ap);
+/* Forget the calling thread's last error message. */
+void dpl__clear_error(void);
+
+/* One rank's growable action list. */
+struct dpl__list {
+	struct dpl_action *a;
+	size_t len;
+	size_t cap;
+};
+
+struct dpl_schedule {
+	uint32_t ranks;
+	uint32_t stages;
+	uint32_t microbatches;
+	uint32_t chunks;
+	enum dpl_policy policy;
+	bool lowered;
+	uint32_t *stage_rank; /* [stages] */
+	uint32_t *cap;        /* [stages], 0 = none */
+	struct dpl__list *lists; /* [ranks] */
+};
+
+/* Allocate an empty schedule with the default stage -> rank mapping. */
+int dpl__schedule_alloc(uint32_t ranks, uint32_t stages, uint32_t mb,
+			dpl_schedule **out);
+/* Reserve room for `n` more actions on `rank`'s list. */
+int dpl__list_reserve(struct dpl__list *l, size_t n);
+/* Append without checks (capacity reserved or grown here). */
+int dpl__list_push(struct dpl__list *l, struct dpl_action a);
+
+static inline struct dpl_action dpl__act(uint32_t kind, uint32_t stage,
+					 uint32_t mb)
+{
+	struct dpl_action a = {kind, stage, mb};
+	return a;
+}
+
+/* Per-(stage, micro-batch) index into flat S * M tables. */
+static inline size_t dpl__sm(const dpl_schedule *s, uint32_t stage,
+			     uint32_t mb)
+{
+	return (size_t)stage * s->microbatches + mb;
+}
+
+/* Format "rank R, position P (ACTION): " into buf; returns buf. */
+const char *dpl__where(char *buf, size_t n, uint32_t rank, size_t pos,
+		       struct dpl_action a);
+
+/* Policies (policy.c) used by dpl_schedule_build (schedule.c). */
+int dpl__build_policy(const struct dpl_schedule_params *p, dpl_schedule *s);
+
+/*
+ * Makespan of a compute-only schedule under `costs` (S entries or NULL)
+ * with free communication, by replaying its lists (replay.c); `bounded`
+ * uses it to pick the faster of two candidate orders. The same numbers as
+ * dpl_sim_run() with zero link and reduction costs, without the
+ * simulator. Returns 0 and *makespan, DPL_EDEADLOCK for lists that stall,
+ * DPL_ENOMEM.
+ */
+int dpl__replay_makespan(const dpl_schedule *s,
+			 const struct dpl_stage_cost *costs, double *makespan);
+
+#endif /* DPL_INTERNAL_H */

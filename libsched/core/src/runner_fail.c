@@ -1,0 +1,197 @@
+/*
+ * runner_fail.c - how a runner fails: its first error message, the
+ * failure notices ranks send each other on the control tag, and the
+ * clean-up of a failed step, so that every rank stops with the cause.
+ */
+#define _POSIX_C_SOURCE 200809L
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "runner_internal.h"
+
+const char *dpl__act_text(struct dpl_action a, char *buf, size_t n)
+{
+	if (dpl_action_format(a, buf, n) < 0)
+		snprintf(buf, n, "?");
+	return buf;
+}
+
+/* Record the first failure message of this runner; returns code. */
+int dpl__fail(dpl_runner *r, int code, const char *fmt, ...)
+{
+	va_list ap;
+	int n;
+
+	if (r->errmsg[0] != '\0')
+		return code;
+	n = snprintf(r->errmsg, sizeof r->errmsg, "rank %u (stage rank %u, "
+		     "replica %u): ", r->rank, r->prank, r->replica);
+	if (n < 0 || (size_t)n >= sizeof r->errmsg)
+		return code;
+	va_start(ap, fmt);
+	vsnprintf(r->errmsg + n, sizeof r->errmsg - (size_t)n, fmt, ap);
+	va_end(ap);
+	return code;
+}
+
+/* A request-level failure of the current action with `peer`. */
+int dpl__fail_peer(dpl_runner *r, int code, uint32_t peer)
+{
+	char t[DPL_ACTION_TEXT_MAX];
+
+	if (r->errmsg[0] == '\0')
+		r->err_peer = peer;
+	return dpl__fail(r, code, "%s with rank %u: %s (%s)",
+		    dpl__act_text(r->cur, t, sizeof t), peer, dpl_strerror(code),
+		    dpl_err_name(code));
+}
+
+/* A failure notice from another rank: adopt it as this rank's error. */
+static int notice(dpl_runner *r, const unsigned char *m)
+{
+	int32_t code = (int32_t)dpl_get_u32(m);
+	uint32_t origin = dpl_get_u32(m + 4), lost = dpl_get_u32(m + 8);
+	struct dpl_action a = {dpl_get_u32(m + 12), dpl_get_u32(m + 16), dpl_get_u32(m + 20)};
+	uint32_t iter = dpl_get_u32(m + 24);
+	char t[DPL_ACTION_TEXT_MAX], here[DPL_ACTION_TEXT_MAX];
+
+	r->errmsg[0] = '\0';
+	r->by_notice = true;
+	dpl__act_text(r->cur, here, sizeof here);
+	dpl__act_text(a, t, sizeof t);
+	if (code == DPL_EPEER && lost != DPL__NONE)
+		return dpl__fail(r, DPL_EPEER,
+			    "stopped in %s: rank %u lost rank %u in %s at "
+			    "iteration %u: peer failed (DPL_EPEER)",
+			    here, origin, lost, t, iter);
+	return dpl__fail(r, DPL_EPEER,
+		    "stopped in %s: rank %u failed in %s at iteration %u: "
+		    "%s (%s)",
+		    here, origin, t, iter, dpl_strerror(code),
+		    dpl_err_name(code));
+}
+
+/* The code a notice carries. */
+static int notice_code(const unsigned char *m)
+{
+	return (int32_t)dpl_get_u32(m);
+}
+
+/*
+ * Look for a failure notice; DPL_EPEER when one arrived (adopted as this
+ * rank's error), else 0. With `first_hand`, only notices of a rank's own
+ * failure (not of a peer it lost) are adopted; the others are kept for
+ * a later look.
+ */
+int dpl__check_ctrl(dpl_runner *r, bool first_hand)
+{
+	const struct dpl_transport_ops *o = r->t->ops;
+	const unsigned char *m;
+	uint32_t q;
+	int rc;
+
+	for (q = 0; q < r->world; q++) {
+		struct dpl__rreq *c = &r->ctrl_r[q];
+
+		m = r->ctrl_in + (size_t)q * DPL__CTRL_BYTES;
+		if (c->live) {
+			rc = o->test(r->t->ctx, c->req);
+			if (rc == DPL_EAGAIN)
+				continue;
+			c->live = false;
+			/* A peer that left normally completes it with an
+			 * error; only a delivered notice means failure. */
+			if (rc != 0)
+				continue;
+			r->ctrl_got[q] = true;
+		} else if (!r->ctrl_got[q]) {
+			continue;
+		}
+		if (first_hand && notice_code(m) == DPL_EPEER)
+			continue;
+		return notice(r, m);
+	}
+	return 0;
+}
+
+int dpl__pump_failed(dpl_runner *r, int n)
+{
+	char t[DPL_ACTION_TEXT_MAX];
+
+	return dpl__fail(r, n, "transport %s failed in %s: %s (%s)",
+		    r->t->ops->name, dpl__act_text(r->cur, t, sizeof t),
+		    dpl_strerror(n), dpl_err_name(n));
+}
+
+int dpl__ring_failed(dpl_runner *r, struct dpl__lstage *ls, int rc)
+{
+	if (r->errmsg[0] == '\0')
+		r->err_peer = ls->ring.error_peer;
+	return dpl__fail(r, rc, "%uREDUCE_GRAD with rank %u: %s (%s)", ls->stage,
+		    ls->ring.error_peer, dpl_strerror(rc), dpl_err_name(rc));
+}
+
+/* Tell every other rank that this one failed (best effort). */
+static void broadcast(dpl_runner *r, int code)
+{
+	const struct dpl_transport_ops *o = r->t->ops;
+	uint64_t tag = dpl__tag(DPL__TAG_CTRL, 0, 0, 0);
+	uint64_t deadline;
+	uint32_t q;
+	bool live;
+
+	dpl_put_u32(r->ctrl_out, (uint32_t)code);
+	dpl_put_u32(r->ctrl_out + 4, r->rank);
+	dpl_put_u32(r->ctrl_out + 8, code == DPL_EPEER ? r->err_peer : DPL__NONE);
+	dpl_put_u32(r->ctrl_out + 12, r->cur.kind);
+	dpl_put_u32(r->ctrl_out + 16, r->cur.stage);
+	dpl_put_u32(r->ctrl_out + 20, r->cur.microbatch);
+	dpl_put_u32(r->ctrl_out + 24, (uint32_t)r->iter);
+	for (q = 0; q < r->world; q++) {
+		if (q == r->rank || r->ctrl_s[q].live)
+			continue;
+		if (dpl_transport_isend(r->t, r->ctrl_s[q].req, q, tag, r->ctrl_out,
+			     DPL__CTRL_BYTES, DPL_MEM_HOST) == 0)
+			r->ctrl_s[q].live = true;
+	}
+	/* Give the notices a moment to leave; peers have their receives
+	 * posted since setup. */
+	deadline = dpl__now_ns() + (r->timeout_ns < 1000000000u
+					    ? r->timeout_ns
+					    : 1000000000u);
+	do {
+		live = false;
+		if (o->progress(r->t->ctx) < 0)
+			return;
+		for (q = 0; q < r->world; q++) {
+			struct dpl__rreq *c = &r->ctrl_s[q];
+
+			if (c->live &&
+			    o->test(r->t->ctx, c->req) != DPL_EAGAIN)
+				c->live = false;
+			live |= c->live;
+		}
+	} while (live && dpl__now_ns() < deadline);
+}
+
+int dpl__step_failed(dpl_runner *r, int rc)
+{
+	r->failed = true;
+	if (r->errmsg[0] == '\0')
+		dpl__fail(r, rc, "%s (%s)", dpl_strerror(rc), dpl_err_name(rc));
+	if (r->world > 1 && !r->by_notice) {
+		/* A lost peer or a timeout may be the echo of another rank's
+		 * own failure: name that rank if its notice is here. */
+		if (rc == DPL_EPEER || rc == DPL_ETIMEDOUT) {
+			dpl_transport_progress(r->t);
+			if (dpl__check_ctrl(r, true) != 0)
+				rc = DPL_EPEER;
+		}
+		if (!r->by_notice && rc != DPL_ETIMEDOUT)
+			broadcast(r, rc);
+	}
+	dpl__runner_cancel_all(r);
+	dpl__error(rc, "%s", r->errmsg);
+	return rc;
+}

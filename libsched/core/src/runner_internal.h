@@ -1,0 +1,306 @@
+/*
+ * runner_internal.h - the runner's pieces shared between the core's
+ * source files: open transports and devices, the ring allreduce, the
+ * runner's message tags. Not installed.
+ */
+#ifndef DPL_RUNNER_INTERNAL_H
+#define DPL_RUNNER_INTERNAL_H
+
+#include <stdbool.h>
+
+#include <dpl/bytes.h>
+#include <dpl/device.h>
+#include <dpl/runner.h>
+#include <dpl/transport.h>
+
+#include "internal.h"
+
+struct dpl_transport {
+	const struct dpl_transport_ops *ops;
+	void *ctx;
+	uint32_t rank;
+	uint32_t world_size;
+	bool can_wait;
+	bool can_allreduce;
+	bool mem_cuda; /* caps has DPL_TRANSPORT_CAP_MEM_CUDA */
+};
+
+struct dpl_device {
+	const struct dpl_device_ops *ops;
+	void *ctx;
+	bool has_events;
+};
+
+/* Bytes of one request slot: req_size rounded up to max_align_t. */
+size_t dpl__req_stride(const dpl_transport *t);
+
+/* Monotonic clock in nanoseconds. */
+#define dpl__now_ns dpl_clock_ns
+
+/* Test and progress until request `req` of t completes (true) or
+ * `deadline_ns` passes or the context breaks (false). */
+bool dpl__transport_collect(dpl_transport *t, void *req,
+			    uint64_t deadline_ns);
+
+/*
+ * Message tags of the runner (DPL_TAG_BITS wide):
+ *   class (3 bits) | iteration mod 256 (8) | stage (20) | index (29).
+ * Activations carry the producing stage, input gradients the stage that
+ * produced them (the consumer's stage + 1), ring steps their step index.
+ * Control messages (failure notices) use one fixed tag.
+ */
+enum dpl__tag_class {
+	DPL__TAG_ACT = 1,
+	DPL__TAG_GRAD = 2,
+	DPL__TAG_RING = 3,
+	DPL__TAG_CTRL = 4
+};
+
+#define DPL__TAG_STAGE_LIMIT (UINT32_C(1) << 20)
+#define DPL__TAG_INDEX_LIMIT (UINT32_C(1) << 28)
+
+static inline uint64_t dpl__tag(uint32_t cls, uint64_t iter, uint32_t stage,
+				uint32_t index)
+{
+	return ((uint64_t)cls << 57) | ((iter & 0xffu) << 49) |
+	       ((uint64_t)stage << 29) | (uint64_t)index;
+}
+
+/*
+ * The core's ring allreduce (reduce-scatter then allgather) over
+ * isend/irecv: a non-blocking state machine the runner advances while it
+ * waits. The sum of chunk c is accumulated in ring order starting after
+ * the chunk's owner, the same on every run, and every member ends with
+ * the same bits.
+ */
+struct dpl__ring {
+	dpl_transport *t;
+	dpl_device *dev;
+	uint32_t n;       /* members */
+	uint32_t pos;     /* this rank's position */
+	uint32_t prev;    /* world rank of position pos - 1 */
+	uint32_t next;    /* world rank of position pos + 1 */
+	uint32_t stage;   /* for tags */
+	uint32_t dtype;
+	size_t esize;
+	void *vec;        /* count elements, reduced in place */
+	size_t count;
+	void *scratch;    /* one chunk, for reduce-scatter receives */
+	void *sreq;       /* request storage, send */
+	void *rreq;       /* request storage, receive */
+	uint64_t iter;
+	uint32_t step;    /* 0 .. 2(n-1) */
+	bool send_posted; /* this step's requests: posted, completed */
+	bool recv_posted;
+	bool send_done;
+	bool recv_done;
+	bool active;
+	int error;        /* first error; the ring stops */
+	uint32_t error_peer;
+	uint64_t *bytes_sent;     /* counters to add to, or NULL */
+	uint64_t *bytes_received;
+};
+
+/* Elements of chunk c of `count` over n chunks: [*off, *off + *len). */
+void dpl__ring_chunk(size_t count, uint32_t n, uint32_t c, size_t *off,
+		     size_t *len);
+
+/* Start a sum of r->vec over the ring for iteration `iter`. */
+int dpl__ring_start(struct dpl__ring *r, uint64_t iter);
+
+/*
+ * Advance: 0 when finished, DPL_EAGAIN while running, or an error (the
+ * ring then has no live request left, or the caller cancels them with
+ * dpl__ring_cancel).
+ */
+int dpl__ring_poll(struct dpl__ring *r);
+
+/* Cancel live requests and collect them, waiting at most until
+ * `deadline_ns`; false when the transport kept one (its memory must not
+ * be freed). Neither is waited for again. */
+bool dpl__ring_cancel(struct dpl__ring *r, uint64_t deadline_ns);
+
+/* ---- The runner ---- */
+
+#define DPL__NONE UINT32_MAX
+
+/* One message of the runner: its transport storage and state. */
+struct dpl__rreq {
+	void *req;     /* req_stride bytes of transport storage */
+	uint32_t peer; /* world rank */
+	bool live;     /* posted and not yet completed */
+};
+
+/* The buffers and messages of one micro-batch alive on a stage. */
+struct dpl__slot {
+	uint32_t mb;        /* owning micro-batch, DPL__NONE when free */
+	uint32_t live_idx;  /* callback slot, DPL__NONE outside F..B/W */
+	bool fwd_done;
+	bool bw_done;       /* B or W ran */
+	bool send_b_posted;
+	uint64_t begin;     /* this replica's samples of the micro-batch */
+	uint64_t end;
+	unsigned char *in_act;   /* received input (remote previous stage) */
+	unsigned char *out_act;  /* output (not on the last stage) */
+	unsigned char *in_grad;  /* gradient of the output */
+	unsigned char *out_grad; /* gradient of the input (remote previous) */
+	struct dpl__rreq *rf;    /* receives of in_act, [prev_r] */
+	struct dpl__rreq *sb;    /* sends of out_grad, [prev_r] */
+	struct dpl__rreq *rb;    /* receives of in_grad, [next_r] */
+	struct dpl__rreq *sf;    /* sends of out_act, [next_r] */
+	uint32_t nrf, nsb, nrb, nsf; /* used entries this micro-batch */
+};
+
+/* A stage this rank runs. */
+struct dpl__lstage {
+	uint32_t stage;
+	bool first, last;
+	bool prev_remote, next_remote;
+	uint32_t prev_r, next_r;       /* replicas of the remote neighbours */
+	uint32_t prev_base, next_base; /* their first world rank */
+	uint64_t in_bps, out_bps;      /* bytes per sample in and out */
+	uint64_t max_samples;          /* per replica and micro-batch */
+	uint32_t nslots;
+	struct dpl__slot *slots;
+	uint32_t *fifo;                /* free slots, oldest first */
+	uint32_t fifo_head, fifo_len;
+	uint32_t *mb_slot;             /* [M] slot of a micro-batch */
+	uint32_t bound;                /* dpl_schedule_bound */
+	uint32_t *live_free;           /* free callback slots (stack) */
+	uint32_t live_top;
+	uint32_t live, peak_live;
+	uint32_t in_use, peak_in_use;
+	uint64_t slot_bytes;
+	void *mem;                     /* every slot's buffers */
+	/* gradient reduction */
+	const struct dpl_buffer *gbufs;
+	size_t gn;
+	size_t gcount;
+	uint32_t gdtype;
+	void *gvec;                    /* packed gradients */
+	void *gscratch;                /* one ring chunk */
+	struct dpl__ring ring;
+	void *ar_req;                  /* native allreduce request */
+	uint32_t *group;               /* world ranks of the replicas */
+	bool ar_live;
+	bool reducing;
+};
+
+/* One traced action. */
+/*
+ * Wire form of a failure notice: seven little-endian 32-bit words: code,
+ * reporting rank, peer it lost (or DPL__NONE), action kind, stage,
+ * micro-batch, iteration. Ranks that time out send none: every rank's
+ * own waits are bounded, so a timeout needs no echo, and each rank then
+ * names the peer it waited for itself.
+ */
+#define DPL__CTRL_BYTES 28
+
+struct dpl_runner {
+	const dpl_schedule *sched;
+	const struct dpl_stage_ops *ops;
+	void *user;
+	dpl_transport *t;
+	dpl_device *dev;
+	dpl_device *own_dev;     /* opened here when the caller gave none */
+	uint32_t rank, world;
+	uint32_t prank, replica, nrep; /* pipeline rank, replica, replicas */
+	uint32_t nranks, nstages, nmb;
+	uint32_t *base;          /* [nranks + 1] first world rank */
+	uint32_t *reps;          /* [nranks] replicas */
+	uint64_t batch;
+	uint64_t *mb_off;        /* [nmb + 1] first sample of micro-batch j */
+	uint64_t timeout_ns;
+	uint32_t *lidx;          /* [nstages] index into ls, or DPL__NONE */
+	struct dpl__lstage *ls;
+	uint32_t nls;
+	const struct dpl_action *list;
+	size_t nlist;
+	size_t req_stride;
+	void *req_mem;           /* every request's transport storage */
+	struct dpl__rreq *rreqs;
+	void *event;             /* device event, when the device has them */
+	/* failure notices */
+	unsigned char *ctrl_in;  /* [world][DPL__CTRL_BYTES] */
+	bool *ctrl_got;          /* [world] a notice was delivered */
+	unsigned char ctrl_out[DPL__CTRL_BYTES];
+	struct dpl__rreq *ctrl_r; /* [world] receives */
+	struct dpl__rreq *ctrl_s; /* [world] sends */
+	uint32_t ctrl_tick;
+	/* state */
+	uint64_t iter;
+	bool failed;
+	bool by_notice;          /* the failure came from another rank */
+	uint32_t err_peer;       /* peer of a request-level failure */
+	bool leak;               /* requests could not be collected */
+	struct dpl_action cur;   /* action being run */
+	size_t cur_pos;
+	uint64_t wait_acc;       /* ns waited inside the current action */
+	char errmsg[512];
+	/* stats and trace */
+	struct dpl_runner_stats st;
+	struct dpl_runner_event *trace;
+	size_t trace_cap, trace_len;
+};
+
+/* Every slot of a stage free, for the next step (runner.c). */
+void dpl__runner_reset_stage(struct dpl__lstage *ls, uint32_t nmb);
+
+/* Cancel every data request, then collect them, at most the timeout
+ * long; sets r->leak for requests the transport kept, which are not
+ * waited for again (runner.c). */
+void dpl__runner_cancel_all(dpl_runner *r);
+
+
+/*
+ * Set-up steps of dpl_runner_create() (runner_setup.c), in the order it
+ * calls them; each returns 0 or an error with its message recorded, and
+ * leaves what it allocated for dpl_runner_destroy() to free.
+ */
+int dpl__scan_list(dpl_runner *r);
+int dpl__setup_stage_neighbours(dpl_runner *r, struct dpl__lstage *ls,
+				const uint64_t *act);
+int dpl__setup_grads(dpl_runner *r, struct dpl__lstage *ls);
+int dpl__setup_requests(dpl_runner *r);
+int dpl__setup_slots(dpl_runner *r, struct dpl__lstage *ls);
+int dpl__setup_ctrl(dpl_runner *r);
+
+/*
+ * Failures (runner_fail.c). dpl__fail records the first message of this
+ * runner and returns `code`; the _peer, _pump and _ring forms add the
+ * action and the rank it failed with. dpl__check_ctrl adopts a failure
+ * notice of another rank if one came in (0 when none). dpl__step_failed
+ * ends a failed step: names a cause, tells the other ranks, cancels every
+ * request; returns `rc` or the cause it found.
+ */
+const char *dpl__act_text(struct dpl_action a, char *buf, size_t n);
+int dpl__fail(dpl_runner *r, int code, const char *fmt, ...)
+	DPL__PRINTF(3, 4);
+int dpl__fail_peer(dpl_runner *r, int code, uint32_t peer);
+int dpl__pump_failed(dpl_runner *r, int n) DPL__COLD;
+int dpl__ring_failed(dpl_runner *r, struct dpl__lstage *ls, int rc) DPL__COLD;
+int dpl__check_ctrl(dpl_runner *r, bool first_hand);
+int dpl__step_failed(dpl_runner *r, int rc);
+
+/*
+ * Waiting (runner_wait.c). A done function returns DPL_EAGAIN (not yet,
+ * *peer = the rank waited for), 0, or a request's error (with *peer).
+ * dpl__wait_for progresses until done() says so, at most the timeout;
+ * dpl__pump progresses once and watches the control tag; dpl__post posts
+ * one message, retrying while the transport says DPL_EAGAIN.
+ */
+typedef int (*dpl__done_fn)(dpl_runner *r, void *arg, uint32_t *peer);
+/* Requests q[0..n) for dpl__reqs_done: done once none is live. */
+struct dpl__reqs {
+	struct dpl__rreq *q;
+	uint32_t n;
+};
+int dpl__reqs_done(dpl_runner *r, void *arg, uint32_t *peer);
+int dpl__pump(dpl_runner *r);
+int dpl__wait_for(dpl_runner *r, dpl__done_fn done, void *arg);
+int dpl__wait_reqs(dpl_runner *r, struct dpl__rreq *q, uint32_t n);
+int dpl__event_done(dpl_runner *r, void *arg, uint32_t *peer);
+int dpl__post(dpl_runner *r, struct dpl__rreq *q, bool send, uint32_t peer,
+	      uint64_t tag, void *buf, size_t len);
+
+#endif /* DPL_RUNNER_INTERNAL_H */

@@ -1,0 +1,542 @@
+/*
+ * runner_step.c - one iteration of a rank's lowered list: post receives
+ * ahead, wait for inputs (runner_wait.c), call the stage callbacks, post
+ * sends, reduce gradients, step; a failure goes to runner_fail.c.
+ */
+#define _POSIX_C_SOURCE 200809L
+#include <sched.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+
+#include "runner_internal.h"
+
+/* This replica's samples of micro-batch j on a rank with `nrep`
+ * replicas, replica `rep`. */
+static void range(const dpl_runner *r, uint32_t j, uint32_t nrep,
+		  uint32_t rep, uint64_t *b, uint64_t *e)
+{
+	uint64_t mb = r->mb_off[j], me = r->mb_off[j + 1], rb, re;
+
+	if (nrep == 1) {
+		*b = mb;
+		*e = me;
+		return;
+	}
+	dpl_split(me - mb, nrep, rep, &rb, &re);
+	*b = mb + rb;
+	*e = mb + re;
+}
+
+/*
+ * Post the messages of a slot with the `nrep` replicas of a neighbour
+ * whose first world rank is `base`: for each one whose range meets ours,
+ * the intersection, at its offset in `buf` (bps bytes per sample).
+ */
+static int exchange(dpl_runner *r, struct dpl__slot *sl,
+		    struct dpl__rreq *q, uint32_t *nq, bool send,
+		    uint32_t nrep, uint32_t base, uint64_t tag,
+		    unsigned char *buf, uint64_t bps)
+{
+	uint32_t k;
+	uint64_t ob, oe, lo, hi;
+	int rc;
+
+	*nq = 0;
+	if (sl->begin == sl->end)
+		return 0;
+	for (k = 0; k < nrep; k++) {
+		range(r, sl->mb, nrep, k, &ob, &oe);
+		lo = ob > sl->begin ? ob : sl->begin;
+		hi = oe < sl->end ? oe : sl->end;
+		if (lo >= hi)
+			continue;
+		rc = dpl__post(r, &q[*nq], send, base + k, tag,
+			  buf + (lo - sl->begin) * bps, (hi - lo) * bps);
+		if (rc != 0)
+			return rc;
+		(*nq)++;
+	}
+	return 0;
+}
+
+static int slot_sends_done(dpl_runner *r, void *arg, uint32_t *peer)
+{
+	const struct dpl__lstage *ls = arg;
+	struct dpl__slot *sl = &ls->slots[ls->fifo[ls->fifo_head]];
+	struct dpl__reqs a;
+	int rc;
+
+	a.q = sl->sf;
+	a.n = sl->nsf;
+	if ((rc = dpl__reqs_done(r, &a, peer)) != 0)
+		return rc;
+	a.q = sl->sb;
+	a.n = sl->nsb;
+	return dpl__reqs_done(r, &a, peer);
+}
+
+/* The slot of (stage, j), taking a free one if it has none. */
+static int acquire(dpl_runner *r, struct dpl__lstage *ls, uint32_t j,
+		   struct dpl__slot **out)
+{
+	struct dpl__slot *sl;
+	uint32_t idx;
+	char t[DPL_ACTION_TEXT_MAX];
+	int rc;
+
+	if (ls->mb_slot[j] != DPL__NONE) {
+		*out = &ls->slots[ls->mb_slot[j]];
+		return 0;
+	}
+	if (ls->fifo_len == 0)
+		return dpl__fail(r, DPL_ESCHED, "%s: every buffer set of stage %u "
+			    "is in use", dpl__act_text(r->cur, t, sizeof t),
+			    ls->stage);
+	/* Sends of the slot's previous micro-batch must have completed. */
+	if (r->t != NULL &&
+	    (rc = dpl__wait_for(r, slot_sends_done, ls)) != 0)
+		return rc;
+	idx = ls->fifo[ls->fifo_head];
+	ls->fifo_head = (ls->fifo_head + 1) % ls->nslots;
+	ls->fifo_len--;
+	sl = &ls->slots[idx];
+	sl->mb = j;
+	sl->live_idx = DPL__NONE;
+	sl->fwd_done = sl->bw_done = sl->send_b_posted = false;
+	sl->nrf = sl->nsb = sl->nrb = sl->nsf = 0;
+	range(r, j, r->nrep, r->replica, &sl->begin, &sl->end);
+	ls->mb_slot[j] = idx;
+	if (++ls->in_use > ls->peak_in_use)
+		ls->peak_in_use = ls->in_use;
+	*out = sl;
+	return 0;
+}
+
+/* Give the slot back once B/W ran and, if due, SEND_B was posted. */
+static void maybe_release(struct dpl__lstage *ls, struct dpl__slot *sl)
+{
+	uint32_t idx;
+
+	if (!sl->bw_done || (ls->prev_remote && !sl->send_b_posted))
+		return;
+	idx = (uint32_t)(sl - ls->slots);
+	ls->mb_slot[sl->mb] = DPL__NONE;
+	sl->mb = DPL__NONE;
+	ls->fifo[(ls->fifo_head + ls->fifo_len) % ls->nslots] = idx;
+	ls->fifo_len++;
+	ls->in_use--;
+}
+
+static int lookup(dpl_runner *r, struct dpl__lstage *ls, uint32_t j,
+		  struct dpl__slot **out)
+{
+	char t[DPL_ACTION_TEXT_MAX];
+
+	if (ls->mb_slot[j] == DPL__NONE)
+		return dpl__fail(r, DPL_ESCHED, "%s: micro-batch %u has no buffers "
+			    "on stage %u here (out of order)",
+			    dpl__act_text(r->cur, t, sizeof t), j, ls->stage);
+	*out = &ls->slots[ls->mb_slot[j]];
+	return 0;
+}
+
+static int callback_failed(dpl_runner *r, int rc, const char *what)
+{
+	char t[DPL_ACTION_TEXT_MAX];
+	const char *msg = dpl_last_error();
+
+	if (rc > 0)
+		rc = DPL_ECALLBACK;
+	return dpl__fail(r, rc, "%s callback failed in %s at iteration %llu: %s "
+		    "(%s)%s%s",
+		    what, dpl__act_text(r->cur, t, sizeof t),
+		    (unsigned long long)r->iter, dpl_strerror(rc),
+		    dpl_err_name(rc), msg[0] ? ": " : "", msg);
+}
+
+/* Wait until the device finished the work a callback queued. */
+static int device_sync(dpl_runner *r)
+{
+	char t[DPL_ACTION_TEXT_MAX];
+	int rc;
+
+	if (!r->dev->has_events)
+		return 0;
+	rc = r->dev->ops->event_record(r->dev->ctx, r->event);
+	if (rc != 0)
+		return dpl__fail(r, rc, "device %s: event_record in %s: %s",
+			    r->dev->ops->name, dpl__act_text(r->cur, t, sizeof t),
+			    dpl_strerror(rc));
+	rc = dpl__wait_for(r, dpl__event_done, NULL);
+	return rc;
+}
+
+/* The arguments of a compute action on a slot. */
+static int fill_args(dpl_runner *r, struct dpl__lstage *ls,
+		     struct dpl__slot *sl, uint32_t kind,
+		     struct dpl_stage_args *a)
+{
+	uint64_t n = sl->end - sl->begin;
+	struct dpl__slot *psl = NULL;
+	int rc;
+
+	memset(a, 0, sizeof *a);
+	a->stage = ls->stage;
+	a->microbatch = sl->mb;
+	a->slot = sl->live_idx;
+	a->replica = r->replica;
+	a->iteration = r->iter;
+	a->begin = sl->begin;
+	a->end = sl->end;
+	a->batch = r->batch;
+	if (!ls->first && !ls->prev_remote) {
+		struct dpl__lstage *lp = &r->ls[r->lidx[ls->stage - 1]];
+
+		if ((rc = lookup(r, lp, sl->mb, &psl)) != 0)
+			return rc;
+	}
+	if (!ls->first) {
+		a->input = ls->prev_remote ? sl->in_act : psl->out_act;
+		a->input_bytes = (size_t)(n * ls->in_bps);
+	}
+	if (!ls->last) {
+		a->output = sl->out_act;
+		a->output_bytes = (size_t)(n * ls->out_bps);
+	}
+	if (kind == DPL_ACT_F)
+		return 0;
+	if (!ls->last) {
+		a->grad_output = sl->in_grad;
+		a->grad_output_bytes = (size_t)(n * ls->out_bps);
+	}
+	if (!ls->first && kind != DPL_ACT_W) {
+		a->grad_input = ls->prev_remote ? sl->out_grad : psl->in_grad;
+		a->grad_input_bytes = (size_t)(n * ls->in_bps);
+	}
+	return 0;
+}
+
+static int run_forward(dpl_runner *r, struct dpl__lstage *ls, uint32_t j)
+{
+	struct dpl_stage_args a;
+	struct dpl__slot *sl;
+	char t[DPL_ACTION_TEXT_MAX];
+	int rc;
+
+	if ((rc = acquire(r, ls, j, &sl)) != 0)
+		return rc;
+	if (ls->prev_remote && (rc = dpl__wait_reqs(r, sl->rf, sl->nrf)) != 0)
+		return rc;
+	if (ls->live_top == 0)
+		return dpl__fail(r, DPL_ESCHED, "%s: more micro-batches alive on "
+			    "stage %u than its bound %u",
+			    dpl__act_text(r->cur, t, sizeof t), ls->stage,
+			    ls->bound);
+	sl->live_idx = ls->live_free[--ls->live_top];
+	if (++ls->live > ls->peak_live)
+		ls->peak_live = ls->live;
+	if (sl->begin == sl->end) {
+		sl->fwd_done = true;
+		return 0;
+	}
+	if ((rc = fill_args(r, ls, sl, DPL_ACT_F, &a)) != 0)
+		return rc;
+	/* Clear the thread's message so that a failing callback's own
+	 * dpl_set_error() text is the one reported. */
+	dpl__clear_error();
+	rc = r->ops->forward(r->user, &a);
+	if (rc != 0)
+		return callback_failed(r, rc, "forward");
+	sl->fwd_done = true;
+	return device_sync(r);
+}
+
+static int run_backward(dpl_runner *r, struct dpl__lstage *ls, uint32_t j,
+			uint32_t kind)
+{
+	struct dpl_stage_args a;
+	struct dpl__slot *sl;
+	int rc;
+
+	if ((rc = lookup(r, ls, j, &sl)) != 0)
+		return rc;
+	if (kind != DPL_ACT_W && ls->next_remote &&
+	    (rc = dpl__wait_reqs(r, sl->rb, sl->nrb)) != 0)
+		return rc;
+	if (sl->begin != sl->end) {
+		if ((rc = fill_args(r, ls, sl, kind, &a)) != 0)
+			return rc;
+		dpl__clear_error();
+		if (kind == DPL_ACT_B)
+			rc = r->ops->backward(r->user, &a);
+		else if (kind == DPL_ACT_I)
+			rc = r->ops->backward_input(r->user, &a);
+		else
+			rc = r->ops->backward_weight(r->user, &a);
+		if (rc != 0)
+			return callback_failed(r, rc,
+					       kind == DPL_ACT_B ? "backward"
+					       : kind == DPL_ACT_I
+						       ? "backward_input"
+						       : "backward_weight");
+		if ((rc = device_sync(r)) != 0)
+			return rc;
+	}
+	if (kind == DPL_ACT_I)
+		return 0;
+	if (sl->live_idx != DPL__NONE) {
+		ls->live_free[ls->live_top++] = sl->live_idx;
+		sl->live_idx = DPL__NONE;
+		ls->live--;
+	}
+	sl->bw_done = true;
+	maybe_release(ls, sl);
+	return 0;
+}
+
+static int ring_done(dpl_runner *r, void *arg, uint32_t *peer)
+{
+	struct dpl__lstage *ls = arg;
+	int rc;
+
+	if (ls->ar_live) {
+		*peer = ls->group[0];
+		rc = dpl_transport_test(r->t, ls->ar_req);
+		if (rc != DPL_EAGAIN)
+			ls->ar_live = false;
+		return rc;
+	}
+	rc = dpl__ring_poll(&ls->ring);
+	if (rc == DPL_EAGAIN)
+		*peer = ls->ring.recv_done ? ls->ring.next : ls->ring.prev;
+	else if (rc != 0)
+		*peer = ls->ring.error_peer;
+	return rc;
+}
+
+static int run_reduce(dpl_runner *r, struct dpl__lstage *ls)
+{
+	const struct dpl_buffer *b = NULL;
+	size_t n = 0, i, total = 0, esize = dpl_dtype_size(ls->gdtype);
+	unsigned char *v = ls->gvec;
+	int rc;
+
+	if (r->nrep < 2 || ls->gcount == 0)
+		return 0;
+	dpl__clear_error();
+	rc = r->ops->grads(r->user, ls->stage, &b, &n);
+	if (rc != 0)
+		return callback_failed(r, rc, "grads");
+	for (i = 0; i < n; i++) {
+		if (b[i].dtype != ls->gdtype || b[i].mem != r->dev->ops->mem)
+			break;
+		total += b[i].count;
+	}
+	if (i < n || total != ls->gcount)
+		return dpl__fail(r, DPL_EINVAL, "%uREDUCE_GRAD: the gradient "
+			    "buffers changed shape since setup (%zu "
+			    "elements, were %zu)", ls->stage, total,
+			    ls->gcount);
+	for (i = 0; i < n; i++) {
+		rc = r->dev->ops->copy(r->dev->ctx, v, r->dev->ops->mem,
+				       b[i].ptr, b[i].mem,
+				       b[i].count * esize);
+		if (rc != 0)
+			return dpl__fail(r, rc, "%uREDUCE_GRAD: device copy: %s",
+				    ls->stage, dpl_strerror(rc));
+		v += b[i].count * esize;
+	}
+	ls->gbufs = b;
+	ls->gn = n;
+	ls->reducing = true;
+	r->st.bytes_reduced += ls->gcount * esize;
+	if (r->t->can_allreduce) {
+		rc = dpl_transport_iallreduce(r->t, ls->ar_req, ls->group,
+					   r->nrep, ls->gvec, ls->gcount,
+					   ls->gdtype, r->dev->ops->mem,
+					   dpl__tag(DPL__TAG_RING, r->iter,
+						    ls->stage, 0));
+		if (rc != 0)
+			return dpl__fail_peer(r, rc, ls->group[0]);
+		ls->ar_live = true;
+		return 0;
+	}
+	dpl__ring_start(&ls->ring, r->iter);
+	rc = dpl__ring_poll(&ls->ring);
+	if (rc != 0 && rc != DPL_EAGAIN)
+		return dpl__fail_peer(r, rc, ls->ring.error_peer);
+	return 0;
+}
+
+static int run_step(dpl_runner *r, struct dpl__lstage *ls)
+{
+	size_t i, esize = dpl_dtype_size(ls->gdtype);
+	const unsigned char *v = ls->gvec;
+	int rc;
+
+	if (ls->reducing) {
+		if ((rc = dpl__wait_for(r, ring_done, ls)) != 0)
+			return rc;
+		ls->reducing = false;
+		for (i = 0; i < ls->gn; i++) {
+			const struct dpl_buffer *b = &ls->gbufs[i];
+
+			rc = r->dev->ops->copy(r->dev->ctx, b->ptr, b->mem, v,
+					       r->dev->ops->mem,
+					       b->count * esize);
+			if (rc != 0)
+				return dpl__fail(r, rc, "%uSTEP: device copy: %s",
+					    ls->stage, dpl_strerror(rc));
+			v += b->count * esize;
+		}
+	}
+	dpl__clear_error();
+	rc = r->ops->step(r->user, ls->stage, r->iter);
+	if (rc != 0)
+		return callback_failed(r, rc, "step");
+	return 0;
+}
+
+/* Not inlined: callgrind counts actions by it (see dpl__wait_for). */
+static DPL__NOINLINE int run_action(dpl_runner *r, struct dpl_action a)
+{
+	struct dpl__lstage *ls = &r->ls[r->lidx[a.stage]];
+	struct dpl__slot *sl;
+	uint32_t j = a.microbatch;
+	int rc;
+
+	switch (a.kind) {
+	case DPL_ACT_RECV_F:
+		if ((rc = acquire(r, ls, j, &sl)) != 0)
+			return rc;
+		return exchange(r, sl, sl->rf, &sl->nrf, false, ls->prev_r,
+				ls->prev_base,
+				dpl__tag(DPL__TAG_ACT, r->iter, a.stage - 1, j),
+				sl->in_act, ls->in_bps);
+	case DPL_ACT_F:
+		return run_forward(r, ls, j);
+	case DPL_ACT_SEND_F:
+		if ((rc = lookup(r, ls, j, &sl)) != 0)
+			return rc;
+		return exchange(r, sl, sl->sf, &sl->nsf, true, ls->next_r,
+				ls->next_base,
+				dpl__tag(DPL__TAG_ACT, r->iter, a.stage, j),
+				sl->out_act, ls->out_bps);
+	case DPL_ACT_RECV_B:
+		if ((rc = acquire(r, ls, j, &sl)) != 0)
+			return rc;
+		return exchange(r, sl, sl->rb, &sl->nrb, false, ls->next_r,
+				ls->next_base,
+				dpl__tag(DPL__TAG_GRAD, r->iter, a.stage + 1,
+					 j),
+				sl->in_grad, ls->out_bps);
+	case DPL_ACT_B:
+	case DPL_ACT_I:
+	case DPL_ACT_W:
+		return run_backward(r, ls, j, a.kind);
+	case DPL_ACT_SEND_B:
+		if ((rc = lookup(r, ls, j, &sl)) != 0)
+			return rc;
+		rc = exchange(r, sl, sl->sb, &sl->nsb, true, ls->prev_r,
+			      ls->prev_base,
+			      dpl__tag(DPL__TAG_GRAD, r->iter, a.stage, j),
+			      sl->out_grad, ls->in_bps);
+		if (rc != 0)
+			return rc;
+		sl->send_b_posted = true;
+		maybe_release(ls, sl);
+		return 0;
+	case DPL_ACT_REDUCE_GRAD:
+		return run_reduce(r, ls);
+	case DPL_ACT_STEP:
+		return run_step(r, ls);
+	default:
+		return dpl__fail(r, DPL_ESCHED, "action kind %u", a.kind);
+	}
+}
+
+static int all_sends_done(dpl_runner *r, void *arg, uint32_t *peer)
+{
+	struct dpl__reqs a;
+	uint32_t i, j;
+	int rc;
+
+	for (i = 0; i < r->nls; i++) {
+		struct dpl__lstage *ls = &r->ls[i];
+
+		for (j = 0; j < ls->nslots; j++) {
+			a.q = ls->slots[j].sf;
+			a.n = ls->slots[j].nsf;
+			if ((rc = dpl__reqs_done(r, &a, peer)) != 0)
+				return rc;
+			a.q = ls->slots[j].sb;
+			a.n = ls->slots[j].nsb;
+			if ((rc = dpl__reqs_done(r, &a, peer)) != 0)
+				return rc;
+		}
+	}
+	return 0;
+}
+
+static void trace_add(dpl_runner *r, struct dpl_action a, uint64_t t0,
+		      uint64_t t1)
+{
+	if (r->trace_cap == 0)
+		return;
+	if (r->trace_len == r->trace_cap) {
+		r->st.trace_dropped++;
+		return;
+	}
+	r->trace[r->trace_len].action = a;
+	r->trace[r->trace_len].start_ns = t0;
+	r->trace[r->trace_len].end_ns = t1;
+	r->trace_len++;
+}
+
+int dpl_runner_step(dpl_runner *r)
+{
+	uint64_t t0, ta, te;
+	size_t i;
+	int rc;
+
+	if (r == NULL)
+		return dpl__error(DPL_EINVAL, "runner is NULL");
+	if (r->failed)
+		return dpl__error(DPL_ECANCELED,
+				  "rank %u: the runner failed earlier: %s",
+				  r->rank, r->errmsg);
+	t0 = dpl__now_ns();
+	r->trace_len = 0;
+	te = t0;
+	for (i = 0; i < r->nlist; i++) {
+		struct dpl_action a = r->list[i];
+
+		r->cur = a;
+		r->cur_pos = i;
+		r->wait_acc = 0;
+		ta = te;
+		rc = run_action(r, a);
+		te = dpl__now_ns();
+		if (rc != 0)
+			return dpl__step_failed(r, rc);
+		r->st.count[a.kind]++;
+		r->st.ns[a.kind] += te - ta - r->wait_acc;
+		r->st.wait_ns += r->wait_acc;
+		trace_add(r, a, ta + r->wait_acc, te);
+	}
+	r->st.actions += r->nlist;
+	if (r->t != NULL) {
+		r->wait_acc = 0;
+		if ((rc = dpl__wait_for(r, all_sends_done, NULL)) != 0)
+			return dpl__step_failed(r, rc);
+		r->st.wait_ns += r->wait_acc;
+	}
+	for (i = 0; i < r->nls; i++)
+		dpl__runner_reset_stage(&r->ls[i], r->nmb);
+	r->iter++;
+	r->st.iterations++;
+	r->st.step_ns += dpl__now_ns() - t0;
+	return 0;
+}
