@@ -33,12 +33,12 @@
  *   bench_transport_ofi_probe [--provider P] [--options S] [--min B]
  *       [--max B] [--sizes B,B,...] [--iters N] [--rounds R]
  *       [--fi-pingpong] [--json FILE]
+ *
+ * This file drives the rounds and prints the table;
+ * transport_ofi_probe_pingpong.c holds the three ping-pongs.
  */
 #define _GNU_SOURCE
-#include <arpa/inet.h>
 #include <errno.h>
-#include <fcntl.h>
-#include <netinet/in.h>
 #include <signal.h>
 #include <stdbool.h>
 #include <stddef.h>
@@ -46,22 +46,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
 #include <sys/wait.h>
-#include <time.h>
 #include <unistd.h>
 
-#include <rdma/fabric.h>
-#include <rdma/fi_cm.h>
-#include <rdma/fi_domain.h>
-#include <rdma/fi_endpoint.h>
-#include <rdma/fi_eq.h>
 #include <rdma/fi_errno.h>
-#include <rdma/fi_tagged.h>
 
-#include <dpl/backend.h>
-#include <dpl/bootstrap.h>
-#include <dpl/transport_ofi.h>
+#include "transport_ofi_probe.h"
 
 static const struct dpl_transport_ops *O = &dpl_transport_ofi;
 
@@ -69,18 +59,6 @@ static const struct dpl_transport_ops *O = &dpl_transport_ofi;
 #define MAXROUNDS 15
 
 enum { M_DPL = 1, M_RAW = 2, M_QUIT = 3 };
-
-struct opts {
-	const char *provider;
-	const char *sizes;      /* comma-separated list, or NULL */
-	const char *options;
-	uint64_t min, max;
-	long iters;
-	uint64_t budget;
-	int rounds;
-	bool fi;
-	const char *json;
-};
 
 struct cmd {
 	uint64_t size;
@@ -93,13 +71,6 @@ struct cell {
 	double raw_avg, raw_p50;
 	double fi_us, fi_mbs;    /* < 0 when absent */
 };
-
-/* ---- helpers -------------------------------------------------------- */
-
-static double now_us(void)
-{
-	return (double)dpl_clock_ns() / 1e3;
-}
 
 static int cmp_double(const void *a, const void *b)
 {
@@ -131,28 +102,6 @@ static void summarise(const double *rtt, long n, double *avg, double *p50)
 	free(v);
 }
 
-static int free_port(void)
-{
-	struct sockaddr_in sin;
-	socklen_t len = sizeof sin;
-	int fd = socket(AF_INET, SOCK_STREAM, 0), port = -1;
-
-	memset(&sin, 0, sizeof sin);
-	sin.sin_family = AF_INET;
-	sin.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-	if (fd >= 0 && bind(fd, (struct sockaddr *)&sin, sizeof sin) == 0 &&
-	    getsockname(fd, (struct sockaddr *)&sin, &len) == 0)
-		port = ntohs(sin.sin_port);
-	if (fd >= 0)
-		close(fd);
-	return port;
-}
-
-static size_t round_page(size_t n)
-{
-	return (n + 4095) / 4096 * 4096;
-}
-
 /* A send buffer and, one page-rounded size further, a receive buffer:
  * separate buffers, as fi_pingpong and the runner use them (sending from
  * and receiving into the same pages slows shm's single copy down). */
@@ -161,314 +110,32 @@ static char *page_buffers(size_t max)
 	return aligned_alloc(4096, 2 * round_page(max));
 }
 
-static bool is_shm(const char *prov)
-{
-	return strncmp(prov, "shm", 3) == 0;
-}
-
-static int xread(int fd, void *buf, size_t n)
-{
-	return read(fd, buf, n) == (ssize_t)n ? 0 : -1;
-}
-
-static int xwrite(int fd, const void *buf, size_t n)
-{
-	return write(fd, buf, n) == (ssize_t)n ? 0 : -1;
-}
-
-/* ---- dpl ------------------------------------------------------------ */
-
-static int finish(dpl_transport *t, void *req)
-{
-	int rc;
-
-	while ((rc = dpl_transport_test(t, req)) == DPL_EAGAIN)
-		if ((rc = dpl_transport_progress(t)) < 0)
-			return rc;
-	return rc;
-}
-
-static int post(dpl_transport *t, void *req, bool send, uint32_t peer,
-		uint64_t tag, void *buf, size_t len)
-{
-	int rc;
-
-	do {
-		rc = send ? dpl_transport_isend(t, req, peer, tag, buf, len,
-						DPL_MEM_HOST)
-			  : dpl_transport_irecv(t, req, peer, tag, buf, len,
-						DPL_MEM_HOST);
-		if (rc == DPL_EAGAIN)
-			dpl_transport_progress(t);
-	} while (rc == DPL_EAGAIN);
-	return rc;
-}
-
-/* One series; rank 0 fills rtt[0..iters) in us. */
-static int dpl_pingpong(dpl_transport *t, uint32_t rank, void *sq, void *rq,
-			char *sbuf, char *rbuf, size_t len, long iters,
-			double *rtt)
-{
-	uint64_t tag = 1000 + (uint64_t)len % 100000;
-	long warm = iters / 10 < 100 ? iters / 10 : 100, i;
-	double t0;
-	int rc;
-
-	for (i = -warm; i < iters; i++) {
-		if (rank == 0) {
-			t0 = now_us();
-			if ((rc = post(t, rq, false, 1, tag, rbuf, len)) != 0 ||
-			    (rc = post(t, sq, true, 1, tag, sbuf, len)) != 0 ||
-			    (rc = finish(t, sq)) != 0 ||
-			    (rc = finish(t, rq)) != 0)
-				return rc;
-			if (i >= 0)
-				rtt[i] = now_us() - t0;
-		} else {
-			if ((rc = post(t, rq, false, 0, tag, rbuf, len)) != 0 ||
-			    (rc = finish(t, rq)) != 0 ||
-			    (rc = post(t, sq, true, 0, tag, sbuf, len)) != 0 ||
-			    (rc = finish(t, sq)) != 0)
-				return rc;
-		}
-	}
-	return 0;
-}
-
-static dpl_transport *dpl_open(const struct opts *o, uint32_t rank,
-			       const char *root)
-{
-	struct dpl_bootstrap_params bp;
-	struct dpl_transport_params p;
-	struct dpl_oob oob;
-	dpl_bootstrap *b = NULL;
-	dpl_transport *t = NULL;
-	char opts[512];
-	int rc;
-
-	snprintf(opts, sizeof opts, "provider=%s%s%s", o->provider,
-		 o->options ? "," : "", o->options ? o->options : "");
-	memset(&bp, 0, sizeof bp);
-	bp.rank = rank;
-	bp.world_size = 2;
-	bp.root = root;
-	bp.timeout_ms = 30000;
-	if ((rc = dpl_bootstrap_open(&bp, &b)) != 0) {
-		fprintf(stderr, "rank %u: bootstrap: %s: %s\n", rank,
-			dpl_err_name(rc), dpl_last_error());
-		return NULL;
-	}
-	dpl_bootstrap_oob(b, &oob);
-	memset(&p, 0, sizeof p);
-	p.rank = rank;
-	p.world_size = 2;
-	p.oob = &oob;
-	p.options = opts;
-	p.timeout_ms = 30000;
-	rc = dpl_transport_open(O, &p, &t);
-	dpl_bootstrap_close(b);
-	if (rc != 0) {
-		fprintf(stderr, "rank %u: open: %s: %s\n", rank,
-			dpl_err_name(rc), dpl_last_error());
-		return NULL;
-	}
-	return t;
-}
-
-/* ---- raw libfabric -------------------------------------------------- */
-
-struct raw {
-	struct fi_info *fi;
-	struct fid_fabric *fabric;
-	struct fid_domain *domain;
-	struct fid_ep *ep;
-	struct fid_cq *cq;
-	struct fid_av *av;
-	fi_addr_t peer;
-	struct fi_context2 sc, rc;
-	char name[256];
-	size_t namelen;
-};
-
-static int raw_open(struct raw *r, const char *prov)
-{
-	struct fi_info *h = fi_allocinfo();
-	struct fi_cq_attr cqa;
-	struct fi_av_attr ava;
-	bool shm = is_shm(prov);
-	int rc;
-
-	memset(r, 0, sizeof *r);
-	if (h == NULL)
-		return -FI_ENOMEM;
-	h->ep_attr->type = FI_EP_RDM;
-	h->caps = FI_TAGGED;
-	h->mode = FI_CONTEXT | FI_CONTEXT2;
-	h->domain_attr->mr_mode = FI_MR_VIRT_ADDR | FI_MR_ALLOCATED |
-				  FI_MR_PROV_KEY;
-	h->domain_attr->threading = FI_THREAD_DOMAIN;
-	h->fabric_attr->prov_name = strdup(prov);
-	if (!shm) {
-		h->addr_format = FI_SOCKADDR_IN;
-		h->domain_attr->name = strdup("lo");
-	}
-	rc = fi_getinfo(FI_VERSION(FI_MAJOR_VERSION, FI_MINOR_VERSION),
-			shm ? NULL : "127.0.0.1", NULL, shm ? 0 : FI_SOURCE, h,
-			&r->fi);
-	fi_freeinfo(h);
-	if (rc != 0)
-		return rc;
-	memset(&cqa, 0, sizeof cqa);
-	cqa.format = FI_CQ_FORMAT_TAGGED;
-	cqa.wait_obj = FI_WAIT_NONE;
-	cqa.size = 64;
-	memset(&ava, 0, sizeof ava);
-	ava.type = FI_AV_TABLE;
-	ava.count = 2;
-	r->namelen = sizeof r->name;
-	if ((rc = fi_fabric(r->fi->fabric_attr, &r->fabric, NULL)) != 0 ||
-	    (rc = fi_domain(r->fabric, r->fi, &r->domain, NULL)) != 0 ||
-	    (rc = fi_cq_open(r->domain, &cqa, &r->cq, NULL)) != 0 ||
-	    (rc = fi_av_open(r->domain, &ava, &r->av, NULL)) != 0 ||
-	    (rc = fi_endpoint(r->domain, r->fi, &r->ep, NULL)) != 0 ||
-	    (rc = fi_ep_bind(r->ep, &r->cq->fid, FI_TRANSMIT | FI_RECV)) != 0 ||
-	    (rc = fi_ep_bind(r->ep, &r->av->fid, 0)) != 0 ||
-	    (rc = fi_enable(r->ep)) != 0 ||
-	    (rc = fi_getname(&r->ep->fid, r->name, &r->namelen)) != 0)
-		return rc;
-	return 0;
-}
-
-static int raw_connect(struct raw *r, const void *name)
-{
-	return fi_av_insert(r->av, name, 1, &r->peer, 0, NULL) == 1 ? 0
-								     : -FI_EINVAL;
-}
-
-static void raw_close(struct raw *r)
-{
-	if (r->ep)
-		fi_close(&r->ep->fid);
-	if (r->av)
-		fi_close(&r->av->fid);
-	if (r->cq)
-		fi_close(&r->cq->fid);
-	if (r->domain)
-		fi_close(&r->domain->fid);
-	if (r->fabric)
-		fi_close(&r->fabric->fid);
-	if (r->fi)
-		fi_freeinfo(r->fi);
-}
-
-/* Read completions until n arrived; an error entry fails. */
-static int raw_wait(struct raw *r, int n)
-{
-	struct fi_cq_tagged_entry e[4];
-	struct fi_cq_err_entry ee;
-	ssize_t k;
-
-	while (n > 0) {
-		k = fi_cq_read(r->cq, e, 4);
-		if (k > 0) {
-			n -= (int)k;
-		} else if (k == -FI_EAVAIL) {
-			memset(&ee, 0, sizeof ee);
-			fi_cq_readerr(r->cq, &ee, 0);
-			return -abs(ee.err ? ee.err : FI_EIO);
-		} else if (k != -FI_EAGAIN) {
-			return (int)k;
-		}
-	}
-	return 0;
-}
-
-static int raw_post(struct raw *r, bool send, char *buf, size_t len,
-		    uint64_t tag)
-{
-	ssize_t rc;
-
-	for (;;) {
-		rc = send ? fi_tsend(r->ep, buf, len, NULL, r->peer, tag, &r->sc)
-			  : fi_trecv(r->ep, buf, len, NULL, r->peer, tag, 0,
-				     &r->rc);
-		if (rc != -FI_EAGAIN)
-			return (int)rc;
-		fi_cq_read(r->cq, NULL, 0);
-	}
-}
-
-static int raw_pingpong(struct raw *r, uint32_t rank, char *sbuf, char *rbuf,
-			size_t len, long iters, double *rtt)
-{
-	uint64_t tag = 7 + (uint64_t)len % 100000;
-	long warm = iters / 10 < 100 ? iters / 10 : 100, i;
-	double t0;
-	int rc;
-
-	for (i = -warm - 1; i < iters; i++) {
-		if (rank == 0) {
-			t0 = now_us();
-			if ((rc = raw_post(r, false, rbuf, len, tag)) != 0 ||
-			    (rc = raw_post(r, true, sbuf, len, tag)) != 0 ||
-			    (rc = raw_wait(r, 2)) != 0)
-				return rc;
-			if (i >= 0)
-				rtt[i] = now_us() - t0;
-		} else {
-			if ((rc = raw_post(r, false, rbuf, len, tag)) != 0 ||
-			    (rc = raw_wait(r, 1)) != 0 ||
-			    (rc = raw_post(r, true, sbuf, len, tag)) != 0 ||
-			    (rc = raw_wait(r, 1)) != 0)
-				return rc;
-		}
-	}
-	return 0;
-}
-
-/* Both ranks open a raw endpoint and swap names over the pipes. */
-static int raw_setup(struct raw *r, const char *prov, int in, int out)
-{
-	char peer[256];
-	size_t n;
-	int rc;
-
-	if ((rc = raw_open(r, prov)) != 0) {
-		fprintf(stderr, "raw %s: %s\n", prov, fi_strerror(-rc));
-		return -1;
-	}
-	if (xwrite(out, &r->namelen, sizeof r->namelen) != 0 ||
-	    xwrite(out, r->name, r->namelen) != 0 ||
-	    xread(in, &n, sizeof n) != 0 || n > sizeof peer ||
-	    xread(in, peer, n) != 0)
-		return -1;
-	return raw_connect(r, peer);
-}
-
 /* ---- rank 1 --------------------------------------------------------- */
 
 static int child(const struct opts *o, const char *root, int in, int out)
 {
-	dpl_transport *t = dpl_open(o, 1, root);
+	dpl_transport *t = probe_dpl_open(o, 1, root);
 	struct raw raw;
 	void *sq, *rq;
 	char *buf = page_buffers(o->max), ack = 1;
 	struct cmd c;
 	int rc = 0;
 
-	if (t == NULL || buf == NULL || raw_setup(&raw, o->provider, in, out))
+	if (t == NULL || buf == NULL ||
+	    probe_raw_setup(&raw, o->provider, in, out))
 		return 1;
 	memset(buf, 2, 2 * round_page(o->max));
 	sq = aligned_alloc(64, (O->req_size + 63) / 64 * 64);
 	rq = aligned_alloc(64, (O->req_size + 63) / 64 * 64);
 	while (xread(in, &c, sizeof c) == 0 && c.mode != M_QUIT) {
 		if (c.mode == M_DPL)
-			rc = dpl_pingpong(t, 1, sq, rq, buf,
-					  buf + round_page(o->max), (size_t)c.size,
-					  c.iters, NULL);
+			rc = probe_dpl_pingpong(t, 1, sq, rq, buf,
+						buf + round_page(o->max),
+						(size_t)c.size, c.iters, NULL);
 		else
-			rc = raw_pingpong(&raw, 1, buf, buf + round_page(o->max),
-					  (size_t)c.size, c.iters, NULL);
+			rc = probe_raw_pingpong(&raw, 1, buf,
+						buf + round_page(o->max),
+						(size_t)c.size, c.iters, NULL);
 		if (rc != 0) {
 			fprintf(stderr, "rank 1 (%s): %d: %s\n",
 				c.mode == M_DPL ? "dpl" : "raw", rc,
@@ -479,89 +146,12 @@ static int child(const struct opts *o, const char *root, int in, int out)
 		if (xwrite(out, &ack, 1) != 0)
 			break;
 	}
-	raw_close(&raw);
+	probe_raw_close(&raw);
 	dpl_transport_close(t);
 	free(sq);
 	free(rq);
 	free(buf);
 	return rc != 0;
-}
-
-/* ---- fi_pingpong ---------------------------------------------------- */
-
-static pid_t spawn(const struct opts *o, bool server, const char *port,
-		   const char *it, const char *sz, int outfd)
-{
-	const char *argv[24];
-	int k = 0;
-	pid_t pid;
-
-	argv[k++] = "fi_pingpong";
-	argv[k++] = server ? "-B" : "-P";
-	argv[k++] = port;
-	argv[k++] = "-p";
-	argv[k++] = o->provider;
-	argv[k++] = "-e";
-	argv[k++] = "rdm";
-	argv[k++] = "-m";
-	argv[k++] = "tagged";
-	argv[k++] = "-I";
-	argv[k++] = it;
-	argv[k++] = "-S";
-	argv[k++] = sz;
-	if (!is_shm(o->provider)) {
-		argv[k++] = "-d";
-		argv[k++] = "lo";
-	}
-	if (!server)
-		argv[k++] = "127.0.0.1";
-	argv[k] = NULL;
-	pid = fork();
-	if (pid == 0) {
-		int null = open("/dev/null", O_WRONLY);
-
-		dup2(outfd >= 0 ? outfd : null, 1);
-		dup2(null, 2);
-		execvp("fi_pingpong", (char *const *)argv);
-		_exit(127);
-	}
-	return pid;
-}
-
-/* The client's last line: bytes #sent #ack total time MB/sec usec/xfer. */
-static int fi_pingpong(const struct opts *o, uint64_t size, long iters,
-		       double *us, double *mbs)
-{
-	char port[16], sz[32], it[32], line[512], last[512];
-	int pfd[2], st, tries;
-	pid_t srv, cli;
-	FILE *f;
-
-	snprintf(sz, sizeof sz, "%llu", (unsigned long long)size);
-	snprintf(it, sizeof it, "%ld", iters);
-	for (tries = 0; tries < 3; tries++) {
-		snprintf(port, sizeof port, "%d", free_port());
-		last[0] = '\0';
-		srv = spawn(o, true, port, it, sz, -1);
-		usleep(200000);
-		if (pipe(pfd) != 0)
-			return -1;
-		cli = spawn(o, false, port, it, sz, pfd[1]);
-		close(pfd[1]);
-		f = fdopen(pfd[0], "r");
-		while (f != NULL && fgets(line, sizeof line, f) != NULL)
-			if (line[0] >= '0' && line[0] <= '9')
-				snprintf(last, sizeof last, "%s", line);
-		if (f != NULL)
-			fclose(f);
-		waitpid(cli, &st, 0);
-		kill(srv, SIGTERM);
-		waitpid(srv, NULL, 0);
-		if (WIFEXITED(st) && WEXITSTATUS(st) == 0 &&
-		    sscanf(last, "%*s %*s %*s %*s %*s %lf %lf", mbs, us) == 2)
-			return 0;
-	}
-	return -1;
 }
 
 /* ---- main ----------------------------------------------------------- */
@@ -740,7 +330,7 @@ int main(int argc, char **argv)
 			strerror(errno));
 		return 1;
 	}
-	snprintf(root, sizeof root, "127.0.0.1:%d", free_port());
+	snprintf(root, sizeof root, "127.0.0.1:%d", probe_free_port());
 	if (pipe(to) != 0 || pipe(from) != 0)
 		return 1;
 	fflush(NULL);
@@ -753,14 +343,15 @@ int main(int argc, char **argv)
 	close(to[0]);
 	close(from[1]);
 	t0 = now_us();
-	t = dpl_open(&o, 0, root);
+	t = probe_dpl_open(&o, 0, root);
 	t_init = now_us() - t0;
 	buf = page_buffers(o.max);
 	rtt = malloc(sizeof *rtt * (size_t)o.iters);
 	sq = aligned_alloc(64, (O->req_size + 63) / 64 * 64);
 	rq = aligned_alloc(64, (O->req_size + 63) / 64 * 64);
 	if (t == NULL || buf == NULL || rtt == NULL || sq == NULL ||
-	    rq == NULL || raw_setup(&raw, o.provider, from[0], to[1]) != 0)
+	    rq == NULL ||
+	    probe_raw_setup(&raw, o.provider, from[0], to[1]) != 0)
 		return 1;
 	memset(buf, 1, 2 * round_page(o.max));
 	for (r = 0; r < o.rounds; r++)
@@ -770,6 +361,7 @@ int main(int argc, char **argv)
 			/* Odd rounds run raw first: neither side always
 			 * finds the caches as the other left them. */
 			for (step = 0; step < 2; step++) {
+				char *rbuf = buf + round_page(o.max);
 				struct cmd c;
 
 				mode = (step == 0) == (r % 2 == 0) ? M_DPL
@@ -783,14 +375,14 @@ int main(int argc, char **argv)
 				if (xwrite(to[1], &c, sizeof c) != 0)
 					return 1;
 				if (mode == M_DPL)
-					rc = dpl_pingpong(t, 0,
-							  sq, rq, buf,
-							  buf + round_page(o.max),
-							  sizes[k], iters[k], rtt);
+					rc = probe_dpl_pingpong(t, 0, sq, rq,
+								buf, rbuf,
+								sizes[k],
+								iters[k], rtt);
 				else
-					rc = raw_pingpong(&raw, 0, buf,
-							  buf + round_page(o.max),
-							  sizes[k], iters[k], rtt);
+					rc = probe_raw_pingpong(&raw, 0, buf,
+								rbuf, sizes[k],
+								iters[k], rtt);
 				if (rc != 0 || xread(from[0], &ack, 1) != 0) {
 					fprintf(stderr, "rank 0 (%s), %llu bytes: "
 						"%d %s\n",
@@ -808,8 +400,9 @@ int main(int argc, char **argv)
 						  &e->raw_p50);
 			}
 			e->fi_us = e->fi_mbs = -1;
-			if (o.fi && fi_pingpong(&o, sizes[k], iters[k], &e->fi_us,
-						&e->fi_mbs) != 0)
+			if (o.fi && probe_fi_pingpong(&o, sizes[k], iters[k],
+						      &e->fi_us,
+						      &e->fi_mbs) != 0)
 				fprintf(stderr, "fi_pingpong failed at %llu "
 					"bytes\n", (unsigned long long)sizes[k]);
 		}
@@ -821,7 +414,7 @@ int main(int argc, char **argv)
 		(void)xwrite(to[1], &c, sizeof c);
 	}
 	waitpid(pid, &st, 0);
-	raw_close(&raw);
+	probe_raw_close(&raw);
 	dpl_transport_close(t);
 
 	printf("dpl ofi ping-pong, provider %s, %d round(s), medians over "

@@ -168,6 +168,8 @@ int conf_open_with(struct conf_rank *rk, const struct dpl_oob *oob,
 /* An exchange of a world of one rank, in memory: allgather copies the
  * rank's own bytes, barrier returns; for checks that need no peers. */
 const struct dpl_oob *conf_solo_oob(void);
+/* Close the rank's context; a forbidden use of the exchange since its
+ * open fails the rank. */
 void conf_close(struct conf_rank *rk);
 /* rank 0 picks a fresh meeting point for the next job of the same
  * ranks; every rank calls it (it is a barrier). */

@@ -1,17 +1,11 @@
 /*
- * plugin_inproc.c - the in-process transport as a loadable module: the
- * one function a shared transport library exports so that
- * dpl_transport_load() (and `dpl-conformance --transport PATH.so`) can
- * find its table. A backend author adds the same three lines to the
- * shared build of their own module.
+ * plugin_inproc.c - the in-process transport as a loadable module of its
+ * own name (libdpl_transport_inproc_plugin.so), written as a backend
+ * author writes the shared build of a module: DPL_TRANSPORT_PLUGIN
+ * (dpl/backend.h) defines the entry point dpl_transport_load() calls,
+ * because the build defines DPL_BUILDING_PLUGIN for this module.
  */
-#include <dpl/transport_load.h>
+#include <dpl/backend.h>
+#include <dpl/transport_inproc.h>
 
-extern const struct dpl_transport_ops dpl_transport_inproc;
-
-DPL_EXTERN const struct dpl_transport_ops *dpl_transport_plugin_v1(void);
-
-const struct dpl_transport_ops *dpl_transport_plugin_v1(void)
-{
-	return &dpl_transport_inproc;
-}
+DPL_TRANSPORT_PLUGIN(dpl_transport_inproc);
