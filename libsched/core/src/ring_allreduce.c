@@ -90,7 +90,7 @@ int dpl__ring_poll(struct dpl__ring *r)
 					    ? r->scratch
 					    : vec + roff * r->esize;
 
-			rc = dpl_transport_irecv(r->t, r->rreq, r->prev, tag, dst,
+			rc = dpl__tp_irecv(r->t, r->rreq, r->prev, tag, dst,
 				      rlen * r->esize, r->dev->ops->mem);
 			if (rc == DPL_EAGAIN)
 				return rc;
@@ -101,7 +101,7 @@ int dpl__ring_poll(struct dpl__ring *r)
 				*r->bytes_received += rlen * r->esize;
 		}
 		if (!r->send_posted) {
-			rc = dpl_transport_isend(r->t, r->sreq, r->next, tag,
+			rc = dpl__tp_isend(r->t, r->sreq, r->next, tag,
 				      vec + soff * r->esize, slen * r->esize,
 				      r->dev->ops->mem);
 			if (rc == DPL_EAGAIN)

@@ -151,7 +151,7 @@ static void broadcast(dpl_runner *r, int code)
 	for (q = 0; q < r->world; q++) {
 		if (q == r->rank || r->ctrl_s[q].live)
 			continue;
-		if (dpl_transport_isend(r->t, r->ctrl_s[q].req, q, tag, r->ctrl_out,
+		if (dpl__tp_isend(r->t, r->ctrl_s[q].req, q, tag, r->ctrl_out,
 			     DPL__CTRL_BYTES, DPL_MEM_HOST) == 0)
 			r->ctrl_s[q].live = true;
 	}
@@ -184,7 +184,7 @@ int dpl__step_failed(dpl_runner *r, int rc)
 		/* A lost peer or a timeout may be the echo of another rank's
 		 * own failure: name that rank if its notice is here. */
 		if (rc == DPL_EPEER || rc == DPL_ETIMEDOUT) {
-			dpl_transport_progress(r->t);
+			dpl__tp_progress(r->t);
 			if (dpl__check_ctrl(r, true) != 0)
 				rc = DPL_EPEER;
 		}

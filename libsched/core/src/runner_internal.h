@@ -25,6 +25,54 @@ struct dpl_transport {
 	bool mem_cuda; /* caps has DPL_TRANSPORT_CAP_MEM_CUDA */
 };
 
+/*
+ * The checked data path of transport.c, inline for the core's own hot
+ * callers (the runner, the ring); dpl_transport_isend() and its siblings
+ * are these. dpl__bad_post names the broken rule and returns its code.
+ */
+/* Nonzero when a post's arguments break a rule of dpl/transport.h. */
+static inline bool dpl__post_is_bad(const dpl_transport *t, uint32_t peer,
+			       uint64_t tag, const void *buf, size_t len,
+			       uint32_t mem, const void *req)
+{
+	return req == NULL || peer >= t->world_size || peer == t->rank ||
+	       tag > DPL_TAG_MAX || (buf == NULL && len > 0) ||
+	       (mem != DPL_MEM_HOST && !(mem == DPL_MEM_CUDA && t->mem_cuda));
+}
+
+int dpl__bad_post(const dpl_transport *t, const char *op, uint32_t peer,
+		  uint64_t tag, const void *buf, size_t len, uint32_t mem,
+		  const void *req) DPL__COLD;
+
+static inline int dpl__tp_isend(dpl_transport *t, void *req, uint32_t peer,
+				uint64_t tag, const void *buf, size_t len,
+				uint32_t mem)
+{
+	if (dpl__post_is_bad(t, peer, tag, buf, len, mem, req))
+		return dpl__bad_post(t, "send", peer, tag, buf, len, mem, req);
+	return t->ops->isend(t->ctx, req, peer, tag, buf, len, mem);
+}
+
+static inline int dpl__tp_irecv(dpl_transport *t, void *req, uint32_t peer,
+				uint64_t tag, void *buf, size_t len,
+				uint32_t mem)
+{
+	if (dpl__post_is_bad(t, peer, tag, buf, len, mem, req))
+		return dpl__bad_post(t, "receive", peer, tag, buf, len, mem,
+				     req);
+	return t->ops->irecv(t->ctx, req, peer, tag, buf, len, mem);
+}
+
+static inline int dpl__tp_test(dpl_transport *t, void *req)
+{
+	return t->ops->test(t->ctx, req);
+}
+
+static inline int dpl__tp_progress(dpl_transport *t)
+{
+	return t->ops->progress(t->ctx);
+}
+
 struct dpl_device {
 	const struct dpl_device_ops *ops;
 	void *ctx;
@@ -286,8 +334,7 @@ int dpl__step_failed(dpl_runner *r, int rc);
  * Waiting (runner_wait.c). A done function returns DPL_EAGAIN (not yet,
  * *peer = the rank waited for), 0, or a request's error (with *peer).
  * dpl__wait_for progresses until done() says so, at most the timeout;
- * dpl__pump progresses once and watches the control tag; dpl__post posts
- * one message, retrying while the transport says DPL_EAGAIN.
+ * dpl__pump progresses once and watches the control tag.
  */
 typedef int (*dpl__done_fn)(dpl_runner *r, void *arg, uint32_t *peer);
 /* Requests q[0..n) for dpl__reqs_done: done once none is live. */
@@ -300,7 +347,5 @@ int dpl__pump(dpl_runner *r);
 int dpl__wait_for(dpl_runner *r, dpl__done_fn done, void *arg);
 int dpl__wait_reqs(dpl_runner *r, struct dpl__rreq *q, uint32_t n);
 int dpl__event_done(dpl_runner *r, void *arg, uint32_t *peer);
-int dpl__post(dpl_runner *r, struct dpl__rreq *q, bool send, uint32_t peer,
-	      uint64_t tag, void *buf, size_t len);
 
 #endif /* DPL_RUNNER_INTERNAL_H */

@@ -29,6 +29,47 @@ static void range(const dpl_runner *r, uint32_t j, uint32_t nrep,
 	*e = mb + re;
 }
 
+/* Post one message; retries while the transport says DPL_EAGAIN. */
+static int post(dpl_runner *r, struct dpl__rreq *q, bool send,
+		uint32_t peer, uint64_t tag, void *buf, size_t len)
+{
+	uint64_t deadline = 0;
+	char t[DPL_ACTION_TEXT_MAX];
+	int rc;
+
+	for (;;) {
+		if (send)
+			rc = dpl__tp_isend(r->t, q->req, peer, tag, buf, len,
+				      r->dev->ops->mem);
+		else
+			rc = dpl__tp_irecv(r->t, q->req, peer, tag, buf, len,
+				      r->dev->ops->mem);
+		if (rc == 0)
+			break;
+		if (rc != DPL_EAGAIN)
+			return dpl__fail_peer(r, rc, peer);
+		if (deadline == 0)
+			deadline = dpl__now_ns() + r->timeout_ns;
+		if ((rc = dpl__pump(r)) < 0)
+			return rc;
+		if (dpl__now_ns() > deadline)
+			return dpl__fail(r, DPL_ETIMEDOUT,
+				    "timed out after %llu ms in %s posting to "
+				    "rank %u",
+				    (unsigned long long)(r->timeout_ns /
+							 1000000u),
+				    dpl__act_text(r->cur, t, sizeof t), peer);
+	}
+	q->live = true;
+	q->peer = peer;
+	if (send)
+		r->st.bytes_sent += len;
+	else
+		r->st.bytes_received += len;
+	return 0;
+}
+
+
 /*
  * Post the messages of a slot with the `nrep` replicas of a neighbour
  * whose first world rank is `base`: for each one whose range meets ours,
@@ -52,7 +93,7 @@ static int exchange(dpl_runner *r, struct dpl__slot *sl,
 		hi = oe < sl->end ? oe : sl->end;
 		if (lo >= hi)
 			continue;
-		rc = dpl__post(r, &q[*nq], send, base + k, tag,
+		rc = post(r, &q[*nq], send, base + k, tag,
 			  buf + (lo - sl->begin) * bps, (hi - lo) * bps);
 		if (rc != 0)
 			return rc;
@@ -303,7 +344,7 @@ static int ring_done(dpl_runner *r, void *arg, uint32_t *peer)
 
 	if (ls->ar_live) {
 		*peer = ls->group[0];
-		rc = dpl_transport_test(r->t, ls->ar_req);
+		rc = dpl__tp_test(r->t, ls->ar_req);
 		if (rc != DPL_EAGAIN)
 			ls->ar_live = false;
 		return rc;

@@ -6,8 +6,8 @@
 bool dpl__transport_collect(dpl_transport *t, void *req,
 			    uint64_t deadline_ns)
 {
-	while (dpl_transport_test(t, req) == DPL_EAGAIN)
-		if (dpl_transport_progress(t) < 0 || dpl_clock_ns() > deadline_ns)
+	while (dpl__tp_test(t, req) == DPL_EAGAIN)
+		if (dpl__tp_progress(t) < 0 || dpl_clock_ns() > deadline_ns)
 			return false;
 	return true;
 }

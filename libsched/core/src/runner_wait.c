@@ -1,8 +1,6 @@
 /*
  * runner_wait.c - how a runner waits: progress the transport, watch the
- * control tag, yield and then sleep, all bounded by the step's timeout;
- * and how it posts a message (retrying while the transport says
- * DPL_EAGAIN).
+ * control tag, yield and then sleep, all bounded by the step's timeout.
  */
 #define _POSIX_C_SOURCE 200809L
 #include <sched.h>
@@ -23,7 +21,7 @@ int dpl__pump(dpl_runner *r)
 
 	if (r->t == NULL)
 		return 0;
-	n = dpl_transport_progress(r->t);
+	n = dpl__tp_progress(r->t);
 	if (n < 0)
 		return dpl__pump_failed(r, n);
 	for (i = 0; i < r->nls; i++) {
@@ -148,7 +146,7 @@ int dpl__reqs_done(dpl_runner *r, void *arg, uint32_t *peer)
 
 		if (!q->live)
 			continue;
-		rc = dpl_transport_test(r->t, q->req);
+		rc = dpl__tp_test(r->t, q->req);
 		*peer = q->peer;
 		if (rc == DPL_EAGAIN)
 			return rc;
@@ -177,41 +175,3 @@ int dpl__event_done(dpl_runner *r, void *arg, uint32_t *peer)
 }
 
 /* Post one message; retries while the transport says DPL_EAGAIN. */
-int dpl__post(dpl_runner *r, struct dpl__rreq *q, bool send,
-		uint32_t peer, uint64_t tag, void *buf, size_t len)
-{
-	uint64_t deadline = 0;
-	char t[DPL_ACTION_TEXT_MAX];
-	int rc;
-
-	for (;;) {
-		if (send)
-			rc = dpl_transport_isend(r->t, q->req, peer, tag, buf, len,
-				      r->dev->ops->mem);
-		else
-			rc = dpl_transport_irecv(r->t, q->req, peer, tag, buf, len,
-				      r->dev->ops->mem);
-		if (rc == 0)
-			break;
-		if (rc != DPL_EAGAIN)
-			return dpl__fail_peer(r, rc, peer);
-		if (deadline == 0)
-			deadline = dpl__now_ns() + r->timeout_ns;
-		if ((rc = dpl__pump(r)) < 0)
-			return rc;
-		if (dpl__now_ns() > deadline)
-			return dpl__fail(r, DPL_ETIMEDOUT,
-				    "timed out after %llu ms in %s posting to "
-				    "rank %u",
-				    (unsigned long long)(r->timeout_ns /
-							 1000000u),
-				    dpl__act_text(r->cur, t, sizeof t), peer);
-	}
-	q->live = true;
-	q->peer = peer;
-	if (send)
-		r->st.bytes_sent += len;
-	else
-		r->st.bytes_received += len;
-	return 0;
-}

@@ -147,7 +147,7 @@ size_t dpl_transport_req_size(const dpl_transport *t)
 	return t->ops->req_size;
 }
 
-DPL__COLD static int bad_post(const dpl_transport *t, const char *op,
+int dpl__bad_post(const dpl_transport *t, const char *op,
 			      uint32_t peer, uint64_t tag, const void *buf,
 			      size_t len, uint32_t mem, const void *req)
 {
@@ -180,41 +180,27 @@ DPL__COLD static int bad_post(const dpl_transport *t, const char *op,
 			  "host memory only)", name, op, mem);
 }
 
-/* Nonzero when a post's arguments break a rule of dpl/transport.h. */
-static inline bool post_is_bad(const dpl_transport *t, uint32_t peer,
-			       uint64_t tag, const void *buf, size_t len,
-			       uint32_t mem, const void *req)
-{
-	return req == NULL || peer >= t->world_size || peer == t->rank ||
-	       tag > DPL_TAG_MAX || (buf == NULL && len > 0) ||
-	       (mem != DPL_MEM_HOST && !(mem == DPL_MEM_CUDA && t->mem_cuda));
-}
-
 int dpl_transport_isend(dpl_transport *t, void *req, uint32_t peer,
 			uint64_t tag, const void *buf, size_t len,
 			uint32_t mem)
 {
-	if (post_is_bad(t, peer, tag, buf, len, mem, req))
-		return bad_post(t, "send", peer, tag, buf, len, mem, req);
-	return t->ops->isend(t->ctx, req, peer, tag, buf, len, mem);
+	return dpl__tp_isend(t, req, peer, tag, buf, len, mem);
 }
 
 int dpl_transport_irecv(dpl_transport *t, void *req, uint32_t peer,
 			uint64_t tag, void *buf, size_t len, uint32_t mem)
 {
-	if (post_is_bad(t, peer, tag, buf, len, mem, req))
-		return bad_post(t, "receive", peer, tag, buf, len, mem, req);
-	return t->ops->irecv(t->ctx, req, peer, tag, buf, len, mem);
+	return dpl__tp_irecv(t, req, peer, tag, buf, len, mem);
 }
 
 int dpl_transport_test(dpl_transport *t, void *req)
 {
-	return t->ops->test(t->ctx, req);
+	return dpl__tp_test(t, req);
 }
 
 int dpl_transport_progress(dpl_transport *t)
 {
-	return t->ops->progress(t->ctx);
+	return dpl__tp_progress(t);
 }
 
 int dpl_transport_cancel(dpl_transport *t, void *req)
