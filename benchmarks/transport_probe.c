@@ -72,10 +72,7 @@ char boot[128];
 
 double now_s(void)
 {
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+	return (double)dpl_clock_ns() * 1e-9;
 }
 
 static int cmp_double(const void *a, const void *b)
