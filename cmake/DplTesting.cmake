@@ -1,8 +1,19 @@
-# Helpers every test may include (tests/support: loopback ports, forked
-# ranks, schedule utilities, the reference replay).
+# Helpers every test may include (tests/support: loopback ports,
+# schedule utilities, the reference replay).
 if(NOT TARGET dpl_test_support)
   add_library(dpl_test_support INTERFACE)
   target_include_directories(dpl_test_support INTERFACE ${PROJECT_SOURCE_DIR}/tests/support)
+endif()
+
+# Jobs of ranks as processes or threads (tests/support/test_job.h), over
+# the static twins of the core and the bootstrap; no test framework.
+if(NOT TARGET dpl_test_job)
+  find_package(Threads REQUIRED)
+  set(_tj ${PROJECT_SOURCE_DIR}/tests/support)
+  add_library(dpl_test_job STATIC ${_tj}/test_job.c ${_tj}/test_job_rank.c
+    ${_tj}/test_job_util.c)
+  target_link_libraries(dpl_test_job PUBLIC dpl_test_support dpl_bootstrap_testlib
+    dpl_testlib Threads::Threads PRIVATE $<BUILD_INTERFACE:dpl_warnings>)
 endif()
 
 # dpl_test_uses_cli(target): the test runs the `dpl` binary; it gets

@@ -1,40 +1,18 @@
 /*
- * harness_env.c - the job's description from the environment: the
- * registration's knobs (DPL_CONF_*), the table under test, and the
- * meeting points of jobs (loopback roots of dpl's bootstrap, or world
- * names of an in-process transport).
+ * harness_env.c - the battery's description from the environment: the
+ * registration's knobs (DPL_CONF_*) and the table under test.
  */
 #define _GNU_SOURCE
 #include <criterion/criterion.h>
 
-#include <arpa/inet.h>
 #include <errno.h>
-#include <netinet/in.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
-#include <time.h>
-#include <unistd.h>
 
 #include <dpl/transport_load.h>
 
-#include "harness_internal.h"
-
-void conf_sleep_ms(unsigned ms)
-{
-	struct timespec ts = {(time_t)(ms / 1000), (long)(ms % 1000) * 1000000L};
-
-	while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
-		;
-}
-
-void conf__sleep_us(unsigned us)
-{
-	struct timespec ts = {0, (long)us * 1000L};
-
-	nanosleep(&ts, NULL);
-}
+#include "harness.h"
 
 /* ------------------------------------------------------------------ */
 /* Knobs from the environment                                          */
@@ -108,16 +86,11 @@ uint32_t conf_timeout_ms(void)
 				       3600000);
 }
 
-static uint32_t job_timeout_ms;
-
-void conf__set_job_timeout_ms(uint32_t ms)
+const char *conf_shm_glob(void)
 {
-	job_timeout_ms = ms;
-}
+	const char *g = getenv("DPL_CONF_SHM_GLOB");
 
-uint32_t conf__job_timeout_ms(void)
-{
-	return job_timeout_ms ? job_timeout_ms : conf_timeout_ms();
+	return g != NULL && *g != '\0' ? g : NULL;
 }
 
 /* ------------------------------------------------------------------ */
@@ -149,57 +122,4 @@ const struct dpl_transport_ops *conf_ops(void)
 bool conf_has(uint64_t cap)
 {
 	return (conf_ops()->caps & cap) == cap;
-}
-
-size_t conf_req_stride(const struct dpl_transport_ops *ops)
-{
-	size_t a = _Alignof(max_align_t);
-
-	return (ops->req_size + a - 1) / a * a;
-}
-
-/* ------------------------------------------------------------------ */
-/* Meeting points                                                      */
-
-static unsigned boot_counter;
-
-/* A port that was free a moment ago on 127.0.0.1. */
-static int free_port(void)
-{
-	struct sockaddr_in a;
-	socklen_t len = sizeof a;
-	int fd, port = -1;
-
-	fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-	if (fd < 0)
-		return -1;
-	memset(&a, 0, sizeof a);
-	a.sin_family = AF_INET;
-	a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-	if (bind(fd, (struct sockaddr *)&a, sizeof a) == 0 &&
-	    getsockname(fd, (struct sockaddr *)&a, &len) == 0)
-		port = ntohs(a.sin_port);
-	close(fd);
-	return port;
-}
-
-int conf_make_root(char *buf, size_t size)
-{
-	int port = free_port();
-
-	if (port <= 0)
-		return -1;
-	snprintf(buf, size, "127.0.0.1:%d", port);
-	return 0;
-}
-
-int conf__make_boot(char *buf, size_t size)
-{
-	if (conf_boot_kind() == CONF_BOOT_NAME) {
-		snprintf(buf, size, "dplconf-%d-%u-%llx", (int)getpid(),
-			 ++boot_counter,
-			 (unsigned long long)(dpl_clock_ns() & 0xffffffu));
-		return 0;
-	}
-	return conf_make_root(buf, size);
 }

@@ -1,17 +1,14 @@
 /*
  * harness_open.c - the battery as the host of a job: opening a rank's
- * transport (through dpl's bootstrap on the job's loopback root, or an
- * in-process world name), the guard that checks what init does with the
- * host's out-of-band exchange, an in-memory exchange of one rank, and
+ * transport (the host's part is test_job's: dpl's bootstrap on the
+ * job's loopback root, or an in-process world name), the guard that
+ * checks what init does with the host's out-of-band exchange, and
  * closing.
  */
 #define _GNU_SOURCE
-#include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
-
-#include <dpl/bootstrap.h>
 
 #include "harness_internal.h"
 
@@ -78,45 +75,23 @@ static int guard_barrier(void *user)
 	return g->inner->barrier(g->inner->user);
 }
 
-void conf__oob_check(struct conf_rank *rk)
+void conf__oob_check(struct tj_rank *rk)
 {
-	if (atomic_load(&rk->oob.noted))
-		conf_fail(rk, "%s: the host's out-of-band exchange: %s",
-			  rk->ops->name, rk->oob.bad);
-}
+	struct conf_oob *g = &conf__ext(rk)->oob;
 
-/* ------------------------------------------------------------------ */
-/* An exchange of one rank                                             */
-
-static int solo_allgather(void *user, const void *mine, size_t len,
-			  void *all)
-{
-	(void)user;
-	memmove(all, mine, len);
-	return 0;
-}
-
-static int solo_barrier(void *user)
-{
-	(void)user;
-	return 0;
-}
-
-static const struct dpl_oob solo = {solo_allgather, solo_barrier, NULL};
-
-const struct dpl_oob *conf_solo_oob(void)
-{
-	return &solo;
+	if (atomic_load(&g->noted))
+		TJ_FAIL(rk, "%s: the host's out-of-band exchange: %s",
+			rk->ops->name, g->bad);
 }
 
 /* ------------------------------------------------------------------ */
 /* Opening and closing                                                 */
 
-int conf_open_with(struct conf_rank *rk, const struct dpl_oob *oob,
+int conf_open_with(struct tj_rank *rk, const struct dpl_oob *oob,
 		   const char *world, uint32_t rank, uint32_t size,
 		   uint32_t timeout_ms, dpl_transport **out)
 {
-	struct conf_oob *g = &rk->oob;
+	struct conf_oob *g = &conf__ext(rk)->oob;
 	struct dpl_transport_params p;
 	int rc;
 
@@ -143,70 +118,55 @@ int conf_open_with(struct conf_rank *rk, const struct dpl_oob *oob,
 	return rc;
 }
 
-int conf_try_open(struct conf_rank *rk, const char *boot, uint32_t rank,
+int conf_try_open(struct tj_rank *rk, const char *boot, uint32_t rank,
 		  uint32_t size, uint32_t timeout_ms, dpl_transport **out)
 {
-	struct dpl_bootstrap_params bp;
-	dpl_bootstrap *b = NULL;
-	struct dpl_oob oob;
+	struct dpl_transport_params p;
+	struct tj_host h;
 	int rc;
 
-	if (conf_boot_kind() == CONF_BOOT_NAME)
-		return conf_open_with(rk, NULL, boot, rank, size, timeout_ms,
-				      out);
 	/* The host's rendezvous gets the registration's patience even
 	 * when init is given a short liveness timeout. */
-	memset(&bp, 0, sizeof bp);
-	bp.rank = rank;
-	bp.world_size = size;
-	bp.root = boot;
-	bp.timeout_ms = timeout_ms > conf_timeout_ms() ? timeout_ms
-							: conf_timeout_ms();
-	rc = dpl_bootstrap_open(&bp, &b);
+	memset(&p, 0, sizeof p);
+	p.rank = rank;
+	p.world_size = size;
+	rc = tj_host_join(rk, boot,
+			  timeout_ms > conf_timeout_ms() ? timeout_ms
+							 : conf_timeout_ms(),
+			  &p, &h);
 	if (rc != 0)
 		return rc;
-	dpl_bootstrap_oob(b, &oob);
-	rc = conf_open_with(rk, &oob, NULL, rank, size, timeout_ms, out);
-	dpl_bootstrap_close(b);
+	rc = conf_open_with(rk, p.oob, p.world, rank, size, timeout_ms, out);
+	tj_host_leave(&h);
 	return rc;
 }
 
-void conf_open(struct conf_rank *rk)
+void conf_open(struct tj_rank *rk)
 {
 	dpl_transport *t = NULL;
 	int rc;
 
-	conf_step(rk, "opening rank %u of %u at '%s'", rk->rank, rk->size,
-		  rk->w->boot);
-	rc = conf_try_open(rk, rk->w->boot, rk->rank, rk->size,
-			   conf__job_timeout_ms(), &t);
+	tj_step(rk, "opening rank %u of %u at '%s'", rk->rank, rk->size,
+		tj_meet(rk));
+	rc = conf_try_open(rk, tj_meet(rk), rk->rank, rk->size,
+			   conf__ext(rk)->timeout_ms, &t);
 	conf_check_code(rk, rc, "dpl_transport_open");
 	if (rc != 0) {
-		if (conf_aborted(rk))
-			conf__give_up(rk, "gave up opening: another rank "
-					  "failed (%s: %s)",
-				      dpl_err_name(rc), dpl_last_error());
-		conf_fail(rk, "open rank %u of %u (bootstrap '%s'): %s: %s",
-			  rk->rank, rk->size, rk->w->boot, dpl_err_name(rc),
-			  dpl_last_error());
+		if (tj_aborted(rk))
+			tj_give_up(rk, "gave up opening: another rank failed "
+				   "(%s: %s)",
+				   dpl_err_name(rc), dpl_last_error());
+		TJ_FAIL(rk, "open rank %u of %u (bootstrap '%s'): %s: %s",
+			rk->rank, rk->size, tj_meet(rk), dpl_err_name(rc),
+			dpl_last_error());
 	}
 	rk->t = t;
 }
 
-void conf_close(struct conf_rank *rk)
+void conf_close(struct tj_rank *rk)
 {
-	conf_step(rk, "closing rank %u", rk->rank);
+	tj_step(rk, "closing rank %u", rk->rank);
 	dpl_transport_close(rk->t);
 	rk->t = NULL;
 	conf__oob_check(rk);
-}
-
-void conf_new_boot(struct conf_rank *rk)
-{
-	conf_barrier(rk);
-	if (rk->rank == 0 &&
-	    conf__make_boot(rk->w->boot, sizeof rk->w->boot) != 0)
-		conf_fail(rk, "no free port on 127.0.0.1: %s",
-			  strerror(errno));
-	conf_barrier(rk);
 }

@@ -24,27 +24,27 @@ static double exact_value(uint32_t rank, size_t i)
 	return (double)(rank + 1) * (double)(i % 97 + 1);
 }
 
-static void run_allreduce(struct conf_rank *rk, const uint32_t *group,
+static void run_allreduce(struct tj_rank *rk, const uint32_t *group,
 			  uint32_t n, void *buf, size_t count, uint32_t dtype,
 			  uint64_t tag)
 {
-	void *req = conf_reqs(rk, 1);
+	void *req = tj_reqs(rk, 1);
 	int rc;
 
 	rc = dpl_transport_iallreduce(rk->t, req, group, n, buf, count, dtype,
 				 DPL_MEM_HOST, tag);
 	conf_check_code(rk, rc, "iallreduce");
-	conf_expect(rk, rc == 0, "iallreduce of %zu elements over %u ranks: "
-				 "%s (%s)",
-		    count, n, dpl_err_name(rc), dpl_last_error());
-	rc = conf_wait(rk, req, "an allreduce");
-	conf_expect(rk, rc == 0, "allreduce of %zu elements over %u ranks "
-				 "completed with %s",
-		    count, n, dpl_err_name(rc));
-	conf_free(rk, req);
+	TJ_CHECK(rk, rc == 0, "iallreduce of %zu elements over %u ranks: "
+			      "%s (%s)",
+		 count, n, dpl_err_name(rc), dpl_last_error());
+	rc = tj_wait(rk, req, 0, "an allreduce");
+	TJ_CHECK(rk, rc == 0, "allreduce of %zu elements over %u ranks "
+			      "completed with %s",
+		 count, n, dpl_err_name(rc));
+	tj_free(rk, req);
 }
 
-static void exact_rank(struct conf_rank *rk)
+static void exact_rank(struct tj_rank *rk)
 {
 	static const uint32_t world[4] = {0, 1, 2, 3};
 	static const uint32_t evens[2] = {0, 2}, odds[2] = {1, 3};
@@ -60,7 +60,7 @@ static void exact_rank(struct conf_rank *rk)
 			int pass;
 
 			count = counts[c];
-			buf = conf_alloc(rk, count * es);
+			buf = tj_alloc(rk, count * es);
 			for (pass = 0; pass < 2; pass++) {
 				const uint32_t *g = pass ? sub : world;
 				uint32_t n = pass ? 2 : 4, m;
@@ -73,9 +73,9 @@ static void exact_rank(struct conf_rank *rk)
 					else
 						((double *)buf)[i] = v;
 				}
-				conf_step(rk, "allreduce of %zu %s over %s",
-					  count, d ? "f64" : "f32",
-					  pass ? "a pair" : "the world");
+				tj_step(rk, "allreduce of %zu %s over %s",
+					count, d ? "f64" : "f32",
+					pass ? "a pair" : "the world");
 				run_allreduce(rk, g, n, buf, count, d,
 					      100 + c * 4 + d * 2 + pass);
 				for (i = 0; i < count; i++) {
@@ -85,15 +85,15 @@ static void exact_rank(struct conf_rank *rk)
 					got = d == DPL_DTYPE_F32
 						      ? ((float *)buf)[i]
 						      : ((double *)buf)[i];
-					conf_expect(rk, got == want,
-						    "allreduce of %zu %s over "
-						    "%u ranks: element %zu is "
-						    "%.17g, expected %.17g",
-						    count, d ? "f64" : "f32", n,
-						    i, got, want);
+					TJ_CHECK(rk, got == want,
+						 "allreduce of %zu %s over "
+						 "%u ranks: element %zu is "
+						 "%.17g, expected %.17g",
+						 count, d ? "f64" : "f32", n,
+						 i, got, want);
 				}
 			}
-			conf_free(rk, buf);
+			tj_free(rk, buf);
 		}
 }
 
@@ -133,11 +133,11 @@ static uint64_t fnv(const void *p, size_t n)
 	return h;
 }
 
-static void det_rank(struct conf_rank *rk)
+static void det_rank(struct tj_rank *rk)
 {
 	static const uint32_t world[4] = {0, 1, 2, 3};
-	uint64_t *hashes = (uint64_t *)rk->w->blob;
-	double *buf = conf_alloc(rk, DET_COUNT * sizeof *buf);
+	uint64_t *hashes = (uint64_t *)tj_user(rk);
+	double *buf = tj_alloc(rk, DET_COUNT * sizeof *buf);
 	double ref;
 	size_t i;
 	uint32_t m;
@@ -146,35 +146,35 @@ static void det_rank(struct conf_rank *rk)
 	for (run = 0; run < DET_RUNS; run++) {
 		for (i = 0; i < DET_COUNT; i++)
 			buf[i] = noisy(rk->rank, i);
-		conf_barrier(rk);
+		tj_barrier(rk);
 		/* a different rank arrives last in every run */
-		conf_sleep_ms(((rk->rank + (uint32_t)run) % 4) * 15);
-		conf_step(rk, "run %d of a noisy f64 allreduce", run);
+		tj_sleep_ms(((rk->rank + (uint32_t)run) % 4) * 15);
+		tj_step(rk, "run %d of a noisy f64 allreduce", run);
 		run_allreduce(rk, world, 4, buf, DET_COUNT, DPL_DTYPE_F64,
 			      200 + (uint64_t)run);
 		for (i = 0; i < DET_COUNT; i += 997) {
 			ref = 0;
 			for (m = 0; m < 4; m++)
 				ref += noisy(m, i);
-			conf_expect(rk, fabs(buf[i] - ref) <= 1e-12,
-				    "run %d: element %zu is %.17g, the sum is "
-				    "%.17g",
-				    run, i, buf[i], ref);
+			TJ_CHECK(rk, fabs(buf[i] - ref) <= 1e-12,
+				 "run %d: element %zu is %.17g, the sum is "
+				 "%.17g",
+				 run, i, buf[i], ref);
 		}
 		hashes[run * 4 + rk->rank] = fnv(buf, DET_COUNT * sizeof *buf);
 	}
-	conf_barrier(rk);
+	tj_barrier(rk);
 	if (rk->rank != 0)
 		return;
 	for (run = 0; run < DET_RUNS; run++)
 		for (m = 0; m < 4; m++)
-			conf_expect(rk, hashes[run * 4 + m] == hashes[0],
-				    "run %d rank %u got other bits than run 0 "
-				    "rank 0 (%016llx vs %016llx): the sum "
-				    "depends on timing or rank",
-				    run, m,
-				    (unsigned long long)hashes[run * 4 + m],
-				    (unsigned long long)hashes[0]);
+			TJ_CHECK(rk, hashes[run * 4 + m] == hashes[0],
+				 "run %d rank %u got other bits than run 0 "
+				 "rank 0 (%016llx vs %016llx): the sum "
+				 "depends on timing or rank",
+				 run, m,
+				 (unsigned long long)hashes[run * 4 + m],
+				 (unsigned long long)hashes[0]);
 }
 
 Test(collective, allreduce_is_deterministic, .timeout = 140)

@@ -19,20 +19,20 @@
 
 #include "harness.h"
 
-static void loopback_rank(struct conf_rank *rk)
+static void loopback_rank(struct tj_rank *rk)
 {
 	char why[256];
 	int n = 0;
 
 	conf_exchange(rk, 1 - rk->rank, 3, 64u << 10, 1);
 	conf_exchange(rk, 1 - rk->rank, 4, 8, 2);
-	conf_step(rk, "checking this process's sockets");
-	conf_expect(rk, conf_sockets_loopback(why, sizeof why, &n),
-		    "%s: in test mode every address must be loopback "
-		    "(127.0.0.0/8, ::1)",
-		    why);
-	conf_note(rk, "%d TCP/UDP sockets, all on loopback", n);
-	conf_barrier(rk);
+	tj_step(rk, "checking this process's sockets");
+	TJ_CHECK(rk, tj_sockets_loopback(why, sizeof why, &n),
+		 "%s: in test mode every address must be loopback "
+		 "(127.0.0.0/8, ::1)",
+		 why);
+	tj_note(rk, "%d TCP/UDP sockets, all on loopback", n);
+	tj_barrier(rk);
 }
 
 Test(env, binds_loopback_only, .timeout = 80)
@@ -56,11 +56,11 @@ struct envboot {
 	bool torchrun;
 };
 
-static void env_rank(struct conf_rank *rk)
+static void env_rank(struct tj_rank *rk)
 {
 	const struct envboot *a = rk->arg;
 	char num[16], host[64];
-	const char *colon = strrchr(rk->w->boot, ':');
+	const char *colon = strrchr(tj_meet(rk), ':');
 	dpl_bootstrap *b = NULL;
 	struct dpl_oob oob;
 	dpl_transport *t = NULL;
@@ -73,8 +73,8 @@ static void env_rank(struct conf_rank *rk)
 
 	for (i = 0; i < sizeof all / sizeof all[0]; i++)
 		unsetenv(all[i]);
-	snprintf(host, sizeof host, "%.*s", (int)(colon - rk->w->boot),
-		 rk->w->boot);
+	snprintf(host, sizeof host, "%.*s", (int)(colon - tj_meet(rk)),
+		 tj_meet(rk));
 	snprintf(num, sizeof num, "%u", rk->rank);
 	if (a->torchrun) {
 		/* torchrun's agent holds MASTER_PORT; dpl listens on the
@@ -89,33 +89,33 @@ static void env_rank(struct conf_rank *rk)
 	} else {
 		setenv("DPL_RANK", num, 1);
 		setenv("DPL_WORLD_SIZE", "2", 1);
-		setenv("DPL_ROOT", rk->w->boot, 1);
+		setenv("DPL_ROOT", tj_meet(rk), 1);
 	}
-	conf_step(rk, "the host's bootstrap from the %s variables",
-		  a->torchrun ? "torchrun's" : "DPL_*");
+	tj_step(rk, "the host's bootstrap from the %s variables",
+		a->torchrun ? "torchrun's" : "DPL_*");
 	rc = dpl_bootstrap_open_env(conf_timeout_ms(), &b);
 	conf_check_code(rk, rc, "dpl_bootstrap_open_env");
-	conf_expect(rk, rc == 0,
-		    "the host's bootstrap from %s=%s: %s (%s)",
-		    a->torchrun ? "MASTER_ADDR:(MASTER_PORT + 1)" : "DPL_ROOT",
-		    rk->w->boot, dpl_err_name(rc), dpl_last_error());
-	conf_expect(rk, dpl_bootstrap_rank(b) == rk->rank &&
-				dpl_bootstrap_world_size(b) == 2,
-		    "the bootstrap from the environment is rank %u of %u, "
-		    "expected %u of 2",
-		    dpl_bootstrap_rank(b), dpl_bootstrap_world_size(b),
-		    rk->rank);
+	TJ_CHECK(rk, rc == 0,
+		 "the host's bootstrap from %s=%s: %s (%s)",
+		 a->torchrun ? "MASTER_ADDR:(MASTER_PORT + 1)" : "DPL_ROOT",
+		 tj_meet(rk), dpl_err_name(rc), dpl_last_error());
+	TJ_CHECK(rk, dpl_bootstrap_rank(b) == rk->rank &&
+			     dpl_bootstrap_world_size(b) == 2,
+		 "the bootstrap from the environment is rank %u of %u, "
+		 "expected %u of 2",
+		 dpl_bootstrap_rank(b), dpl_bootstrap_world_size(b),
+		 rk->rank);
 	dpl_bootstrap_oob(b, &oob);
-	conf_step(rk, "init over the exchange of that bootstrap");
+	tj_step(rk, "init over the exchange of that bootstrap");
 	rc = conf_open_with(rk, &oob, NULL, dpl_bootstrap_rank(b),
 			    dpl_bootstrap_world_size(b), conf_timeout_ms(),
 			    &t);
 	dpl_bootstrap_close(b);
 	conf_check_code(rk, rc, "dpl_transport_open");
-	conf_expect(rk, rc == 0,
-		    "init over a bootstrap from %s=%s: %s (%s)",
-		    a->torchrun ? "MASTER_ADDR:(MASTER_PORT + 1)" : "DPL_ROOT",
-		    rk->w->boot, dpl_err_name(rc), dpl_last_error());
+	TJ_CHECK(rk, rc == 0,
+		 "init over a bootstrap from %s=%s: %s (%s)",
+		 a->torchrun ? "MASTER_ADDR:(MASTER_PORT + 1)" : "DPL_ROOT",
+		 tj_meet(rk), dpl_err_name(rc), dpl_last_error());
 	rk->t = t;
 	conf_exchange(rk, 1 - rk->rank, 5, 4096, 1);
 	/* rank_main's final barrier and close follow */
@@ -128,7 +128,8 @@ static void env_job(bool torchrun)
 	struct conf_job job = {.size = 2, .fn = env_rank, .arg = &a,
 			       .no_open = true, .deadline_s = 60};
 
-	cr_assert_eq(conf_make_root(root, sizeof root), 0, "no free port");
+	cr_assert_eq(tj_meet_make(TJ_MEET_BOOTSTRAP, root, sizeof root), 0,
+		     "no free port");
 	job.boot = root;
 	conf_run(&job);
 }

@@ -19,7 +19,7 @@
 
 #define FLAG_LONE_DONE 1 /* the lone rank's init returned */
 
-static void bad_init_rank(struct conf_rank *rk)
+static void bad_init_rank(struct tj_rank *rk)
 {
 	static char longboot[4096];
 	char opts[512], root[256];
@@ -28,18 +28,18 @@ static void bad_init_rank(struct conf_rank *rk)
 	bool tcp = conf_boot_kind() == CONF_BOOT_TCP;
 	int fds0, fds1, rc;
 
-	fds0 = conf_count_fds();
+	fds0 = tj_count_fds();
 	snprintf(opts, sizeof opts, "%s%sdpl_conformance_no_such_option=1",
 		 base ? base : "", base ? "," : "");
-	conf_step(rk, "init with options '%s'", opts);
+	tj_step(rk, "init with options '%s'", opts);
 	{
 		struct dpl_transport_params p;
 
 		memset(&p, 0, sizeof p);
 		p.rank = 0;
 		p.world_size = 1;
-		p.oob = conf_solo_oob();
-		p.world = rk->w->boot;
+		p.oob = tj_solo_oob();
+		p.world = tj_meet(rk);
 		p.options = opts;
 		p.timeout_ms = 2000;
 		rc = dpl_transport_open(rk->ops, &p, &t);
@@ -47,33 +47,33 @@ static void bad_init_rank(struct conf_rank *rk)
 	conf_check_code(rk, rc, "dpl_transport_open");
 	if (rc == 0)
 		dpl_transport_close(t);
-	conf_expect(rk, rc == DPL_EINVAL,
-		    "an unknown option ('dpl_conformance_no_such_option=1'): "
-		    "%s, expected DPL_EINVAL",
-		    dpl_err_name(rc));
-	conf_expect(rk, dpl_last_error()[0] != '\0',
-		    "the failed init left no message in dpl_last_error()");
+	TJ_CHECK(rk, rc == DPL_EINVAL,
+		 "an unknown option ('dpl_conformance_no_such_option=1'): "
+		 "%s, expected DPL_EINVAL",
+		 dpl_err_name(rc));
+	TJ_CHECK(rk, dpl_last_error()[0] != '\0',
+		 "the failed init left no message in dpl_last_error()");
 
-	conf_step(rk, "rank 2 of a world of 2");
-	rc = conf_open_with(rk, conf_solo_oob(), rk->w->boot, 2, 2, 2000, &t);
-	conf_expect(rk, rc == DPL_EINVAL, "rank 2 of 2: %s, expected "
-					  "DPL_EINVAL", dpl_err_name(rc));
-	conf_step(rk, "a world of 0 ranks");
-	rc = conf_open_with(rk, conf_solo_oob(), rk->w->boot, 0, 0, 2000, &t);
-	conf_expect(rk, rc == DPL_EINVAL, "world size 0: %s, expected "
-					  "DPL_EINVAL", dpl_err_name(rc));
+	tj_step(rk, "rank 2 of a world of 2");
+	rc = conf_open_with(rk, tj_solo_oob(), tj_meet(rk), 2, 2, 2000, &t);
+	TJ_CHECK(rk, rc == DPL_EINVAL, "rank 2 of 2: %s, expected "
+				       "DPL_EINVAL", dpl_err_name(rc));
+	tj_step(rk, "a world of 0 ranks");
+	rc = conf_open_with(rk, tj_solo_oob(), tj_meet(rk), 0, 0, 2000, &t);
+	TJ_CHECK(rk, rc == DPL_EINVAL, "world size 0: %s, expected "
+				       "DPL_EINVAL", dpl_err_name(rc));
 
 	/* A malformed meeting point, as rank 1 of 2: a world name the
 	 * in-process transport must refuse, or a root the host's
 	 * rendezvous must refuse before any transport sees it. */
-	conf_step(rk, "a 4095-byte %s", tcp ? "bootstrap root" : "world name");
+	tj_step(rk, "a 4095-byte %s", tcp ? "bootstrap root" : "world name");
 	memset(longboot, 'x', sizeof longboot - 1);
 	rc = conf_try_open(rk, longboot, 1, 2, 1000, &t);
 	conf_check_code(rk, rc, "dpl_transport_open");
 	if (rc == 0)
 		dpl_transport_close(t);
-	conf_expect(rk, rc < 0, "a 4095-byte %s was accepted",
-		    tcp ? "bootstrap root" : "world name");
+	TJ_CHECK(rk, rc < 0, "a 4095-byte %s was accepted",
+		 tcp ? "bootstrap root" : "world name");
 	if (tcp) {
 		static const char *const bad[] = {
 			"127.0.0.1:99999", "127.0.0.1:", "127.0.0.1:12ab",
@@ -81,29 +81,29 @@ static void bad_init_rank(struct conf_rank *rk)
 		size_t i;
 
 		for (i = 0; i < sizeof bad / sizeof bad[0]; i++) {
-			conf_step(rk, "bootstrap '%s'", bad[i]);
+			tj_step(rk, "bootstrap '%s'", bad[i]);
 			rc = conf_try_open(rk, bad[i], 1, 2, 1000, &t);
 			conf_check_code(rk, rc, "dpl_bootstrap_open");
 			if (rc == 0)
 				dpl_transport_close(t);
-			conf_expect(rk, rc < 0,
-				    "malformed bootstrap '%s' was accepted",
-				    bad[i]);
+			TJ_CHECK(rk, rc < 0,
+				 "malformed bootstrap '%s' was accepted",
+				 bad[i]);
 		}
 	}
 	/* After the failures, a good init works and nothing leaked. */
-	conf_step(rk, "a good init after the failures");
-	snprintf(root, sizeof root, "%s", rk->w->boot);
+	tj_step(rk, "a good init after the failures");
+	snprintf(root, sizeof root, "%s", tj_meet(rk));
 	rc = conf_try_open(rk, root, 0, 1, 5000, &t);
-	conf_expect(rk, rc == 0, "world of 1 at '%s': %s (%s)", root,
-		    dpl_err_name(rc), dpl_last_error());
+	TJ_CHECK(rk, rc == 0, "world of 1 at '%s': %s (%s)", root,
+		 dpl_err_name(rc), dpl_last_error());
 	dpl_transport_close(t);
-	fds1 = conf_count_fds();
-	conf_note(rk, "descriptors %d before, %d after the failed inits",
-		  fds0, fds1);
-	conf_expect(rk, fds1 <= fds0 + 1,
-		    "failed inits leaked descriptors: %d before, %d after",
-		    fds0, fds1);
+	fds1 = tj_count_fds();
+	tj_note(rk, "descriptors %d before, %d after the failed inits",
+		fds0, fds1);
+	TJ_CHECK(rk, fds1 <= fds0 + 1,
+		 "failed inits leaked descriptors: %d before, %d after",
+		 fds0, fds1);
 }
 
 Test(init, rejects_bad_parameters, .timeout = 80)
@@ -154,7 +154,7 @@ static int failing_barrier(void *user)
 
 /* One init of the job's 2 ranks whose exchange fails its call `k`;
  * returns how many calls init made. */
-static unsigned failing_init(struct conf_rank *rk, unsigned k, int code,
+static unsigned failing_init(struct tj_rank *rk, unsigned k, int code,
 			     int *rc_out, dpl_transport **t)
 {
 	struct dpl_bootstrap_params bp;
@@ -163,15 +163,15 @@ static unsigned failing_init(struct conf_rank *rk, unsigned k, int code,
 	dpl_bootstrap *b = NULL;
 	int rc;
 
-	conf_new_boot(rk);
+	tj_meet_renew(rk);
 	memset(&bp, 0, sizeof bp);
 	bp.rank = rk->rank;
 	bp.world_size = rk->size;
-	bp.root = rk->w->boot;
+	bp.root = tj_meet(rk);
 	bp.timeout_ms = conf_timeout_ms();
 	rc = dpl_bootstrap_open(&bp, &b);
-	conf_expect(rk, rc == 0, "the host's bootstrap at '%s': %s (%s)",
-		    bp.root, dpl_err_name(rc), dpl_last_error());
+	TJ_CHECK(rk, rc == 0, "the host's bootstrap at '%s': %s (%s)",
+		 bp.root, dpl_err_name(rc), dpl_last_error());
 	dpl_bootstrap_oob(b, &real);
 	memset(&f, 0, sizeof f);
 	f.oob.allgather = failing_allgather;
@@ -180,8 +180,8 @@ static unsigned failing_init(struct conf_rank *rk, unsigned k, int code,
 	f.inner = &real;
 	f.fail_at = k;
 	f.code = code;
-	conf_step(rk, "init whose exchange fails its call %u with %s", k,
-		  dpl_err_name(code));
+	tj_step(rk, "init whose exchange fails its call %u with %s", k,
+		dpl_err_name(code));
 	*rc_out = conf_open_with(rk, &f.oob, NULL, rk->rank, rk->size,
 				 conf_timeout_ms(), t);
 	dpl_bootstrap_close(b);
@@ -189,7 +189,7 @@ static unsigned failing_init(struct conf_rank *rk, unsigned k, int code,
 	return f.calls;
 }
 
-static void failing_exchange_rank(struct conf_rank *rk)
+static void failing_exchange_rank(struct tj_rank *rk)
 {
 	static const int codes[2] = {DPL_EPEER, DPL_EIO};
 	char *shm_before, *shm_after, names[256];
@@ -197,57 +197,57 @@ static void failing_exchange_rank(struct conf_rank *rk)
 	dpl_transport *t = NULL;
 	unsigned k, calls;
 
-	conf_barrier(rk);
-	fds0 = conf_count_fds();
-	shm0 = conf_count_shm();
-	shm_before = conf_shm_snapshot();
-	conf_barrier(rk);
+	tj_barrier(rk);
+	fds0 = tj_count_fds();
+	shm0 = tj_count_shm(conf_shm_glob());
+	shm_before = tj_shm_snapshot(conf_shm_glob());
+	tj_barrier(rk);
 	for (k = 0;; k++) {
-		conf_expect(rk, k < 32, "init made more than 32 calls of the "
-					"host's exchange");
+		TJ_CHECK(rk, k < 32, "init made more than 32 calls of the "
+				     "host's exchange");
 		calls = failing_init(rk, k, codes[k % 2], &rc, &t);
 		if (calls > k) {
 			if (rc == 0)
 				dpl_transport_close(t);
-			conf_expect(rk, rc < 0,
-				    "init went on after the host's exchange "
-				    "failed its call %u with %s",
-				    k, dpl_err_name(codes[k % 2]));
+			TJ_CHECK(rk, rc < 0,
+				 "init went on after the host's exchange "
+				 "failed its call %u with %s",
+				 k, dpl_err_name(codes[k % 2]));
 			continue;
 		}
 		/* init made k calls: each has failed once; this one ran */
-		conf_expect(rk, rc == 0,
-			    "init with a working exchange of %u calls: %s (%s)",
-			    calls, dpl_err_name(rc), dpl_last_error());
+		TJ_CHECK(rk, rc == 0,
+			 "init with a working exchange of %u calls: %s (%s)",
+			 calls, dpl_err_name(rc), dpl_last_error());
 		rk->t = t;
 		conf_exchange(rk, 1 - rk->rank, 6, 4096, k);
-		conf_barrier(rk);
+		tj_barrier(rk);
 		conf_close(rk);
 		break;
 	}
-	conf_barrier(rk);
+	tj_barrier(rk);
 	for (tries = 0; tries <= 20; tries++) {
-		fds1 = conf_count_fds();
-		shm1 = conf_count_shm();
+		fds1 = tj_count_fds();
+		shm1 = tj_count_shm(conf_shm_glob());
 		if (fds1 <= fds0 && shm1 <= shm0)
 			break;
-		conf_sleep_ms(100);
+		tj_sleep_ms(100);
 	}
-	shm_after = conf_shm_snapshot();
-	conf_shm_new(shm_before, shm_after, names, sizeof names);
+	shm_after = tj_shm_snapshot(conf_shm_glob());
+	tj_shm_new(shm_before, shm_after, names, sizeof names);
 	free(shm_before);
 	free(shm_after);
-	conf_note(rk, "init makes %u calls of the host's exchange, each "
-		      "failed once: descriptors %d -> %d, /dev/shm %d -> %d",
-		  calls, fds0, fds1, shm0, shm1);
-	conf_expect(rk, fds1 <= fds0,
-		    "inits whose exchange failed leaked descriptors: %d "
-		    "before, %d after",
-		    fds0, fds1);
-	conf_expect(rk, shm1 <= shm0,
-		    "inits whose exchange failed left /dev/shm entries: %d "
-		    "before, %d after (new: %s)",
-		    shm0, shm1, names);
+	tj_note(rk, "init makes %u calls of the host's exchange, each "
+		    "failed once: descriptors %d -> %d, /dev/shm %d -> %d",
+		calls, fds0, fds1, shm0, shm1);
+	TJ_CHECK(rk, fds1 <= fds0,
+		 "inits whose exchange failed leaked descriptors: %d "
+		 "before, %d after",
+		 fds0, fds1);
+	TJ_CHECK(rk, shm1 <= shm0,
+		 "inits whose exchange failed left /dev/shm entries: %d "
+		 "before, %d after (new: %s)",
+		 shm0, shm1, names);
 }
 
 Test(init, fails_cleanly_when_the_exchange_fails, .timeout = 140)
@@ -265,7 +265,7 @@ Test(init, fails_cleanly_when_the_exchange_fails, .timeout = 140)
 
 /* ---------------------------------------------------------------- */
 
-static void no_oob_rank(struct conf_rank *rk)
+static void no_oob_rank(struct tj_rank *rk)
 {
 	uint32_t who;
 	dpl_transport *t = NULL;
@@ -274,7 +274,7 @@ static void no_oob_rank(struct conf_rank *rk)
 	int rc;
 
 	for (who = 0; who < 2; who++) {
-		conf_step(rk, "init of rank %u of 2 with params.oob NULL", who);
+		tj_step(rk, "init of rank %u of 2 with params.oob NULL", who);
 		t0 = dpl_clock_ns();
 		rc = conf_open_with(rk, NULL, NULL, who, 2, 2000, &t);
 		ms = (dpl_clock_ns() - t0) / 1000000u;
@@ -282,21 +282,21 @@ static void no_oob_rank(struct conf_rank *rk)
 		conf_check_code(rk, rc, "dpl_transport_open");
 		if (rc == 0)
 			dpl_transport_close(t);
-		conf_expect(rk, rc == DPL_EINVAL,
-			    "init of rank %u of 2 without the host's "
-			    "out-of-band exchange (params.oob NULL): %s (%s), "
-			    "expected DPL_EINVAL",
-			    who, dpl_err_name(rc), msg);
-		conf_expect(rk, strstr(msg, rk->ops->name) != NULL,
-			    "params.oob NULL: the message '%s' does not name "
-			    "the transport '%s'",
-			    msg, rk->ops->name);
-		conf_expect(rk, ms < 2000,
-			    "params.oob NULL: DPL_EINVAL came after %llu ms; "
-			    "init must not wait for peers it cannot reach",
-			    (unsigned long long)ms);
+		TJ_CHECK(rk, rc == DPL_EINVAL,
+			 "init of rank %u of 2 without the host's "
+			 "out-of-band exchange (params.oob NULL): %s (%s), "
+			 "expected DPL_EINVAL",
+			 who, dpl_err_name(rc), msg);
+		TJ_CHECK(rk, strstr(msg, rk->ops->name) != NULL,
+			 "params.oob NULL: the message '%s' does not name "
+			 "the transport '%s'",
+			 msg, rk->ops->name);
+		TJ_CHECK(rk, ms < 2000,
+			 "params.oob NULL: DPL_EINVAL came after %llu ms; "
+			 "init must not wait for peers it cannot reach",
+			 (unsigned long long)ms);
 	}
-	conf_note(rk, "params.oob NULL: %s", msg);
+	tj_note(rk, "params.oob NULL: %s", msg);
 }
 
 Test(init, needs_the_hosts_oob, .timeout = 30)
@@ -316,25 +316,25 @@ Test(init, needs_the_hosts_oob, .timeout = 30)
 /* ---------------------------------------------------------------- */
 
 /* The lone rank's init and what it must say. */
-static void lone_check(struct conf_rank *rk, uint32_t who, int rc,
+static void lone_check(struct tj_rank *rk, uint32_t who, int rc,
 		       uint64_t t0, dpl_transport *t)
 {
-	rk->w->slot[0].val[0] = (double)(dpl_clock_ns() - t0) / 1e6;
+	rk->val[0] = (double)(dpl_clock_ns() - t0) / 1e6;
 	conf_check_code(rk, rc, "dpl_transport_open");
-	conf_note(rk, "rank %u of 2 alone: %s after %.0f ms%s%s", who,
-		  dpl_err_name(rc), rk->w->slot[0].val[0],
-		  rc ? ": " : "", rc ? dpl_last_error() : "");
+	tj_note(rk, "rank %u of 2 alone: %s after %.0f ms%s%s", who,
+		dpl_err_name(rc), rk->val[0],
+		rc ? ": " : "", rc ? dpl_last_error() : "");
 	if (rc == 0) {
 		dpl_transport_close(t);
 		return;
 	}
-	conf_expect(rk, rc == DPL_ETIMEDOUT,
-		    "rank %u of 2 alone: %s (%s), expected DPL_ETIMEDOUT or "
-		    "a lazy 0",
-		    who, dpl_err_name(rc), dpl_last_error());
-	conf_expect(rk, dpl_last_error()[0] != '\0',
-		    "DPL_ETIMEDOUT without a message naming the missing "
-		    "rank");
+	TJ_CHECK(rk, rc == DPL_ETIMEDOUT,
+		 "rank %u of 2 alone: %s (%s), expected DPL_ETIMEDOUT or "
+		 "a lazy 0",
+		 who, dpl_err_name(rc), dpl_last_error());
+	TJ_CHECK(rk, dpl_last_error()[0] != '\0',
+		 "DPL_ETIMEDOUT without a message naming the missing "
+		 "rank");
 }
 
 /*
@@ -343,7 +343,7 @@ static void lone_check(struct conf_rank *rk, uint32_t who, int rc,
  * the other one never calls init, so the lone rank's init waits in the
  * host's exchange until the bootstrap's timeout.
  */
-static void lone_rank(struct conf_rank *rk)
+static void lone_rank(struct tj_rank *rk)
 {
 	uint32_t who = *(uint32_t *)rk->arg;
 	struct dpl_bootstrap_params bp;
@@ -354,32 +354,32 @@ static void lone_rank(struct conf_rank *rk)
 	int rc;
 
 	if (conf_boot_kind() == CONF_BOOT_NAME) {
-		conf_step(rk, "rank %u of 2 alone, timeout 1000 ms", who);
-		rc = conf_try_open(rk, rk->w->boot, who, 2, 1000, &t);
+		tj_step(rk, "rank %u of 2 alone, timeout 1000 ms", who);
+		rc = conf_try_open(rk, tj_meet(rk), who, 2, 1000, &t);
 		lone_check(rk, who, rc, t0, t);
 		return;
 	}
 	memset(&bp, 0, sizeof bp);
 	bp.rank = rk->rank;
 	bp.world_size = 2;
-	bp.root = rk->w->boot;
+	bp.root = tj_meet(rk);
 	bp.timeout_ms = 2000;
-	conf_step(rk, "the host's bootstrap of 2 ranks at '%s'", bp.root);
+	tj_step(rk, "the host's bootstrap of 2 ranks at '%s'", bp.root);
 	rc = dpl_bootstrap_open(&bp, &b);
 	conf_check_code(rk, rc, "dpl_bootstrap_open");
-	conf_expect(rk, rc == 0, "the host's bootstrap at '%s': %s (%s)",
-		    bp.root, dpl_err_name(rc), dpl_last_error());
+	TJ_CHECK(rk, rc == 0, "the host's bootstrap at '%s': %s (%s)",
+		 bp.root, dpl_err_name(rc), dpl_last_error());
 	if (rk->rank != who) {
-		conf_step(rk, "in the bootstrap, never calling init");
-		conf_wait_flag(rk, FLAG_LONE_DONE, 1);
+		tj_step(rk, "in the bootstrap, never calling init");
+		tj_flag_wait(rk, FLAG_LONE_DONE, 1, 0);
 		dpl_bootstrap_close(b);
 		return;
 	}
 	dpl_bootstrap_oob(b, &oob);
-	conf_step(rk, "rank %u of 2 alone in init, timeout 1000 ms", who);
+	tj_step(rk, "rank %u of 2 alone in init, timeout 1000 ms", who);
 	t0 = dpl_clock_ns();
 	rc = conf_open_with(rk, &oob, NULL, who, 2, 1000, &t);
-	conf_set_flag(rk, FLAG_LONE_DONE, 1);
+	tj_flag_set(rk, FLAG_LONE_DONE, 1);
 	lone_check(rk, who, rc, t0, t);
 	dpl_bootstrap_close(b);
 }

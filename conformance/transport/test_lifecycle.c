@@ -74,15 +74,15 @@ Test(caps, table_is_sane, .timeout = 10)
 /* ---------------------------------------------------------------- */
 
 /* Expect the checked layer's error `want` for `rc`, with a message. */
-static void expect_layer(struct conf_rank *rk, int rc, int want,
+static void expect_layer(struct tj_rank *rk, int rc, int want,
 			 const char *what)
 {
 	conf_check_code(rk, rc, what);
-	conf_expect(rk, rc == want, "%s: %s, expected %s", what,
-		    dpl_err_name(rc), dpl_err_name(want));
-	conf_expect(rk, dpl_last_error()[0] != '\0',
-		    "%s: %s without a message in dpl_last_error()", what,
-		    dpl_err_name(rc));
+	TJ_CHECK(rk, rc == want, "%s: %s, expected %s", what,
+		 dpl_err_name(rc), dpl_err_name(want));
+	TJ_CHECK(rk, dpl_last_error()[0] != '\0',
+		 "%s: %s without a message in dpl_last_error()", what,
+		 dpl_err_name(rc));
 }
 
 static void clear_error(void)
@@ -92,13 +92,13 @@ static void clear_error(void)
 
 /* The layer's checks of iallreduce: a bad group is DPL_EINVAL, a table
  * without the member DPL_ENOTSUP; nothing is posted either way. */
-static void bad_allreduce(struct conf_rank *rk)
+static void bad_allreduce(struct tj_rank *rk)
 {
 	float v[4] = {1, 2, 3, 4};
 	uint32_t peer = 1 - rk->rank;
 	uint32_t g_ok[2] = {0, 1}, g_unsorted[2] = {1, 0};
 	uint32_t g_without[1] = {peer}, g_range[2] = {0, rk->size};
-	void *req = conf_reqs(rk, 1);
+	void *req = tj_reqs(rk, 1);
 	struct {
 		const char *what;
 		const uint32_t *group;
@@ -113,7 +113,7 @@ static void bad_allreduce(struct conf_rank *rk)
 	int rc;
 
 	if (!DPL_HAS_OP(rk->ops, iallreduce)) {
-		conf_step(rk, "iallreduce of a table without the member");
+		tj_step(rk, "iallreduce of a table without the member");
 		clear_error();
 		rc = dpl_transport_iallreduce(rk->t, req, g_ok, 2, v, 4,
 					      DPL_DTYPE_F32, DPL_MEM_HOST, 5);
@@ -122,7 +122,7 @@ static void bad_allreduce(struct conf_rank *rk)
 		return;
 	}
 	for (i = 0; i < sizeof bad / sizeof bad[0]; i++) {
-		conf_step(rk, "%s", bad[i].what);
+		tj_step(rk, "%s", bad[i].what);
 		clear_error();
 		rc = dpl_transport_iallreduce(rk->t, req, bad[i].group,
 					      bad[i].n, v, 4, DPL_DTYPE_F32,
@@ -131,12 +131,12 @@ static void bad_allreduce(struct conf_rank *rk)
 	}
 }
 
-static void bad_posts_rank(struct conf_rank *rk)
+static void bad_posts_rank(struct tj_rank *rk)
 {
 	const struct dpl_transport_ops *o = rk->ops;
 	uint32_t peer = 1 - rk->rank;
 	unsigned char buf[64];
-	void *req = conf_reqs(rk, 1);
+	void *req = tj_reqs(rk, 1);
 	int rc;
 
 	struct {
@@ -193,7 +193,7 @@ static void bad_posts_rank(struct conf_rank *rk)
 		if (cases[i].mem == DPL_MEM_CUDA &&
 		    (o->caps & DPL_TRANSPORT_CAP_MEM_CUDA))
 			continue;
-		conf_step(rk, "%s", cases[i].what);
+		tj_step(rk, "%s", cases[i].what);
 		memset(req, 0x5a, o->req_size);
 		clear_error();
 		rc = cases[i].send
@@ -208,10 +208,10 @@ static void bad_posts_rank(struct conf_rank *rk)
 	bad_allreduce(rk);
 	/* Failed posts posted nothing: the same storage works, and the
 	 * extreme tags are usable. */
-	conf_barrier(rk);
-	conf_step(rk, "exchange on tag DPL_TAG_MAX");
+	tj_barrier(rk);
+	tj_step(rk, "exchange on tag DPL_TAG_MAX");
 	conf_exchange(rk, peer, DPL_TAG_MAX, 64, 1);
-	conf_step(rk, "exchange on tag 0");
+	tj_step(rk, "exchange on tag 0");
 	conf_exchange(rk, peer, 0, 64, 2);
 }
 
@@ -233,12 +233,12 @@ struct cycles {
 
 static void counts(int c[3])
 {
-	c[0] = conf_count_fds();
-	c[1] = conf_count_threads();
-	c[2] = conf_count_shm();
+	c[0] = tj_count_fds();
+	c[1] = tj_count_threads();
+	c[2] = tj_count_shm(conf_shm_glob());
 }
 
-static void cycles_rank(struct conf_rank *rk)
+static void cycles_rank(struct tj_rank *rk)
 {
 	const struct cycles *a = rk->arg;
 	bool measure = !conf_threads() || rk->rank == 0;
@@ -251,27 +251,27 @@ static void cycles_rank(struct conf_rank *rk)
 	/* Cycle 0 warms up what a library keeps for the process. */
 	for (k = 0; k <= a->n; k++) {
 		if (k == 1) {
-			conf_barrier(rk);
+			tj_barrier(rk);
 			if (measure) {
 				counts(before);
-				shm_before = conf_shm_snapshot();
+				shm_before = tj_shm_snapshot(conf_shm_glob());
 			}
-			conf_barrier(rk);
+			tj_barrier(rk);
 			t0 = dpl_clock_ns();
 		}
-		conf_new_boot(rk);
-		conf_step(rk, "cycle %u of %u: open", k, a->n);
+		tj_meet_renew(rk);
+		tj_step(rk, "cycle %u of %u: open", k, a->n);
 		conf_open(rk);
 		if (a->exchange) {
-			conf_step(rk, "cycle %u of %u: exchange", k, a->n);
+			tj_step(rk, "cycle %u of %u: exchange", k, a->n);
 			conf_exchange(rk, 1 - rk->rank, 7, 4096, k);
 		}
-		conf_step(rk, "cycle %u of %u: final barrier", k, a->n);
-		conf_barrier(rk);
+		tj_step(rk, "cycle %u of %u: final barrier", k, a->n);
+		tj_barrier(rk);
 		conf_close(rk);
 	}
-	conf_barrier(rk);
-	rk->w->slot[rk->rank].val[0] =
+	tj_barrier(rk);
+	rk->val[0] =
 		(double)(dpl_clock_ns() - t0) / 1e6 / (a->n ? a->n : 1);
 	if (!measure)
 		return;
@@ -282,26 +282,26 @@ static void cycles_rank(struct conf_rank *rk)
 		if (after[0] <= before[0] && after[1] <= before[1] &&
 		    after[2] <= before[2])
 			break;
-		conf_sleep_ms(100);
+		tj_sleep_ms(100);
 	}
-	shm_after = conf_shm_snapshot();
-	conf_shm_new(shm_before, shm_after, names, sizeof names);
+	shm_after = tj_shm_snapshot(conf_shm_glob());
+	tj_shm_new(shm_before, shm_after, names, sizeof names);
 	free(shm_before);
 	free(shm_after);
-	conf_note(rk, "%u cycles, %.2f ms each: fds %d -> %d, threads %d -> "
-		      "%d, /dev/shm %d -> %d",
-		  a->n, rk->w->slot[rk->rank].val[0], before[0], after[0],
-		  before[1], after[1], before[2], after[2]);
-	conf_expect(rk, after[0] <= before[0],
-		    "%u cycles leaked descriptors: %d before, %d after", a->n,
-		    before[0], after[0]);
-	conf_expect(rk, after[1] <= before[1],
-		    "%u cycles leaked threads: %d before, %d after", a->n,
-		    before[1], after[1]);
-	conf_expect(rk, after[2] <= before[2],
-		    "%u cycles leaked /dev/shm entries: %d before, %d after "
-		    "(new: %s)",
-		    a->n, before[2], after[2], names);
+	tj_note(rk, "%u cycles, %.2f ms each: fds %d -> %d, threads %d -> "
+		    "%d, /dev/shm %d -> %d",
+		a->n, rk->val[0], before[0], after[0],
+		before[1], after[1], before[2], after[2]);
+	TJ_CHECK(rk, after[0] <= before[0],
+		 "%u cycles leaked descriptors: %d before, %d after", a->n,
+		 before[0], after[0]);
+	TJ_CHECK(rk, after[1] <= before[1],
+		 "%u cycles leaked threads: %d before, %d after", a->n,
+		 before[1], after[1]);
+	TJ_CHECK(rk, after[2] <= before[2],
+		 "%u cycles leaked /dev/shm entries: %d before, %d after "
+		 "(new: %s)",
+		 a->n, before[2], after[2], names);
 }
 
 Test(lifecycle, init_fini_cycles_leave_counts_flat, .timeout = 320)

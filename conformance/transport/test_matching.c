@@ -41,36 +41,36 @@ static uint64_t tseed(unsigned t, unsigned r)
 /* Rank 0 sends ROUNDS rounds over all tags, same length; rank 1 posts
  * per tag in a scrambled tag order, half before and half after the
  * sends, so a wrong match shows as wrong data. */
-static void tags_rank(struct conf_rank *rk)
+static void tags_rank(struct tj_rank *rk)
 {
 	static const unsigned perm[NTAGS] = {5, 2, 7, 0, 9, 3, 6, 1, 8, 4};
-	unsigned char *buf = conf_alloc(rk, NTAGS * ROUNDS * MLEN);
+	unsigned char *buf = tj_alloc(rk, NTAGS * ROUNDS * MLEN);
 	struct conf_set s;
 	unsigned t, r, i;
 	long long bad;
 
 	conf_set_init(rk, &s, NTAGS * ROUNDS);
 	if (rk->rank == 0) {
-		conf_barrier(rk);
-		conf_step(rk, "sending %d rounds over %d tags", ROUNDS,
-			  NTAGS);
+		tj_barrier(rk);
+		tj_step(rk, "sending %d rounds over %d tags", ROUNDS,
+			NTAGS);
 		for (r = 0; r < ROUNDS; r++)
 			for (t = 0; t < NTAGS; t++) {
 				unsigned char *p = buf + (r * NTAGS + t) * MLEN;
 
-				conf_fill(p, MLEN, tseed(t, r));
+				tj_fill(p, MLEN, tseed(t, r));
 				conf_send_early(rk, &s, 1, tags[t], p, MLEN);
 			}
-		conf_barrier(rk);
+		tj_barrier(rk);
 		conf_set_flush(rk, &s);
 		conf_set_wait(rk, &s, "sends over many tags");
 		for (i = 0; i < s.n; i++)
-			conf_expect(rk, s.rc[i] == 0, "send %u: %s", i,
-				    dpl_err_name(s.rc[i]));
+			TJ_CHECK(rk, s.rc[i] == 0, "send %u: %s", i,
+				 dpl_err_name(s.rc[i]));
 		return;
 	}
 	/* slot i = (perm index, round) */
-	conf_step(rk, "posting the first half of the receives");
+	tj_step(rk, "posting the first half of the receives");
 	for (i = 0; i < NTAGS / 2; i++)
 		for (r = 0; r < ROUNDS; r++) {
 			t = perm[i];
@@ -78,9 +78,9 @@ static void tags_rank(struct conf_rank *rk)
 				  buf + (r * NTAGS + t) * MLEN, MLEN, &s);
 			conf_set_added(&s);
 		}
-	conf_barrier(rk);
-	conf_barrier(rk);
-	conf_step(rk, "posting the second half of the receives");
+	tj_barrier(rk);
+	tj_barrier(rk);
+	tj_step(rk, "posting the second half of the receives");
 	for (i = NTAGS / 2; i < NTAGS; i++)
 		for (r = 0; r < ROUNDS; r++) {
 			t = perm[i];
@@ -90,17 +90,17 @@ static void tags_rank(struct conf_rank *rk)
 		}
 	conf_set_wait(rk, &s, "receives over many tags");
 	for (i = 0; i < s.n; i++)
-		conf_expect(rk, s.rc[i] == 0, "receive %u: %s", i,
-			    dpl_err_name(s.rc[i]));
+		TJ_CHECK(rk, s.rc[i] == 0, "receive %u: %s", i,
+			 dpl_err_name(s.rc[i]));
 	for (r = 0; r < ROUNDS; r++)
 		for (t = 0; t < NTAGS; t++) {
-			bad = conf_verify(buf + (r * NTAGS + t) * MLEN, MLEN,
-					  tseed(t, r));
-			conf_expect(rk, bad < 0,
-				    "round %u of tag %#llx holds other data "
-				    "(byte %lld): a message matched the wrong "
-				    "receive",
-				    r, (unsigned long long)tags[t], bad);
+			bad = tj_verify(buf + (r * NTAGS + t) * MLEN, MLEN,
+					tseed(t, r));
+			TJ_CHECK(rk, bad < 0,
+				 "round %u of tag %#llx holds other data "
+				 "(byte %lld): a message matched the wrong "
+				 "receive",
+				 r, (unsigned long long)tags[t], bad);
 		}
 }
 
@@ -115,7 +115,7 @@ Test(match, exact_tags_no_crosstalk, .timeout = 80)
 
 static const size_t src_len[3] = {1024, 1024, 256 * 1024};
 
-static void source_rank(struct conf_rank *rk)
+static void source_rank(struct tj_rank *rk)
 {
 	static const uint32_t order[3] = {3, 1, 2};
 	unsigned char *buf[3][3];
@@ -125,35 +125,35 @@ static void source_rank(struct conf_rank *rk)
 
 	conf_set_init(rk, &s, 9);
 	if (rk->rank != 0) {
-		conf_barrier(rk);
-		conf_step(rk, "sending 3 messages to rank 0 on tag 42");
+		tj_barrier(rk);
+		tj_step(rk, "sending 3 messages to rank 0 on tag 42");
 		for (k = 0; k < 3; k++) {
-			buf[0][k] = conf_alloc(rk, src_len[k]);
-			conf_fill(buf[0][k], src_len[k], rk->rank * 100 + k);
+			buf[0][k] = tj_alloc(rk, src_len[k]);
+			tj_fill(buf[0][k], src_len[k], rk->rank * 100 + k);
 			conf_send_early(rk, &s, 0, 42, buf[0][k], src_len[k]);
 		}
-		conf_barrier(rk);
+		tj_barrier(rk);
 		conf_set_flush(rk, &s);
 		conf_set_wait(rk, &s, "sends to rank 0");
 		for (k = 0; k < 3; k++)
-			conf_expect(rk, s.rc[k] == 0, "send %u: %s", k,
-				    dpl_err_name(s.rc[k]));
+			TJ_CHECK(rk, s.rc[k] == 0, "send %u: %s", k,
+				 dpl_err_name(s.rc[k]));
 		return;
 	}
 	for (p = 0; p < 3; p++)
 		for (k = 0; k < 3; k++)
-			buf[p][k] = conf_alloc(rk, src_len[k]);
-	conf_step(rk, "receives of message 0 from ranks 3, 1, 2");
+			buf[p][k] = tj_alloc(rk, src_len[k]);
+	tj_step(rk, "receives of message 0 from ranks 3, 1, 2");
 	for (i = 0; i < 3; i++) {
 		p = order[i];
 		conf_recv(rk, conf_set_next(&s), p, 42, buf[p - 1][0],
 			  src_len[0], &s);
 		conf_set_added(&s);
 	}
-	conf_barrier(rk);
-	conf_progress_for(rk, 50);
-	conf_barrier(rk);
-	conf_step(rk, "receives of messages 1 and 2 from ranks 3, 1, 2");
+	tj_barrier(rk);
+	tj_progress_for(rk, 50);
+	tj_barrier(rk);
+	tj_step(rk, "receives of messages 1 and 2 from ranks 3, 1, 2");
 	for (k = 1; k < 3; k++)
 		for (i = 0; i < 3; i++) {
 			p = order[i];
@@ -163,16 +163,16 @@ static void source_rank(struct conf_rank *rk)
 		}
 	conf_set_wait(rk, &s, "receives from three peers");
 	for (i = 0; i < s.n; i++)
-		conf_expect(rk, s.rc[i] == 0, "receive %u: %s", i,
-			    dpl_err_name(s.rc[i]));
+		TJ_CHECK(rk, s.rc[i] == 0, "receive %u: %s", i,
+			 dpl_err_name(s.rc[i]));
 	for (p = 1; p <= 3; p++)
 		for (k = 0; k < 3; k++) {
-			bad = conf_verify(buf[p - 1][k], src_len[k],
-					  p * 100 + k);
-			conf_expect(rk, bad < 0,
-				    "message %u received from rank %u is not "
-				    "what rank %u sent (byte %lld)",
-				    k, p, p, bad);
+			bad = tj_verify(buf[p - 1][k], src_len[k],
+					p * 100 + k);
+			TJ_CHECK(rk, bad < 0,
+				 "message %u received from rank %u is not "
+				 "what rank %u sent (byte %lld)",
+				 k, p, p, bad);
 		}
 }
 
@@ -196,10 +196,10 @@ static size_t seq_len(const struct seq *a, size_t i)
 	return a->varied ? 8 + (i * 37) % 8185 : 64;
 }
 
-static void seq_rank(struct conf_rank *rk)
+static void seq_rank(struct tj_rank *rk)
 {
 	const struct seq *a = rk->arg;
-	unsigned char **buf = conf_alloc(rk, a->n * sizeof *buf);
+	unsigned char **buf = tj_alloc(rk, a->n * sizeof *buf);
 	struct conf_set s;
 	size_t i, half = a->n / 2;
 	uint64_t got;
@@ -207,28 +207,28 @@ static void seq_rank(struct conf_rank *rk)
 	conf_set_init(rk, &s, a->n);
 	for (i = 0; i < a->n; i++) {
 		buf[i] = malloc(seq_len(a, i));
-		conf_expect(rk, buf[i] != NULL, "out of memory");
+		TJ_CHECK(rk, buf[i] != NULL, "out of memory");
 		memset(buf[i], 0, seq_len(a, i));
 	}
 	if (rk->rank == 0) {
-		conf_barrier(rk);
-		conf_step(rk, "sending %zu messages on tag 9", a->n);
+		tj_barrier(rk);
+		tj_step(rk, "sending %zu messages on tag 9", a->n);
 		for (i = 0; i < a->n; i++) {
-			conf_fill(buf[i] + 8, seq_len(a, i) - 8, 7000 + i);
+			tj_fill(buf[i] + 8, seq_len(a, i) - 8, 7000 + i);
 			memcpy(buf[i], &(uint64_t){i}, 8);
 			conf_send(rk, conf_set_next(&s), 1, 9, buf[i],
 				  seq_len(a, i), &s);
 			conf_set_added(&s);
 		}
 	} else {
-		conf_step(rk, "posting %zu receives, then the sends", half);
+		tj_step(rk, "posting %zu receives, then the sends", half);
 		for (i = 0; i < half; i++) {
 			conf_recv(rk, conf_set_next(&s), 0, 9, buf[i],
 				  seq_len(a, i), &s);
 			conf_set_added(&s);
 		}
-		conf_barrier(rk);
-		conf_step(rk, "posting the other %zu receives", a->n - half);
+		tj_barrier(rk);
+		tj_step(rk, "posting the other %zu receives", a->n - half);
 		for (i = half; i < a->n; i++) {
 			conf_recv(rk, conf_set_next(&s), 0, 9, buf[i],
 				  seq_len(a, i), &s);
@@ -237,22 +237,22 @@ static void seq_rank(struct conf_rank *rk)
 	}
 	conf_set_wait(rk, &s, "an ordered stream");
 	for (i = 0; i < a->n; i++) {
-		conf_expect(rk, s.rc[i] == 0, "%s %zu of %zu: %s%s",
-			    rk->rank ? "receive" : "send", i, a->n,
-			    dpl_err_name(s.rc[i]),
-			    s.rc[i] == DPL_ETRUNC && rk->rank
-				    ? " (a message overtook another)"
-				    : "");
+		TJ_CHECK(rk, s.rc[i] == 0, "%s %zu of %zu: %s%s",
+			 rk->rank ? "receive" : "send", i, a->n,
+			 dpl_err_name(s.rc[i]),
+			 s.rc[i] == DPL_ETRUNC && rk->rank
+				 ? " (a message overtook another)"
+				 : "");
 		if (rk->rank == 0)
 			continue;
 		memcpy(&got, buf[i], 8);
-		conf_expect(rk, got == i,
-			    "receive %zu got message %llu: messages of one "
-			    "sender on one tag must match in order",
-			    i, (unsigned long long)got);
-		conf_expect(rk, conf_verify(buf[i] + 8, seq_len(a, i) - 8,
-					    7000 + i) < 0,
-			    "message %zu's payload differs", i);
+		TJ_CHECK(rk, got == i,
+			 "receive %zu got message %llu: messages of one "
+			 "sender on one tag must match in order",
+			 i, (unsigned long long)got);
+		TJ_CHECK(rk, tj_verify(buf[i] + 8, seq_len(a, i) - 8,
+				       7000 + i) < 0,
+			 "message %zu's payload differs", i);
 	}
 	for (i = 0; i < a->n; i++)
 		free(buf[i]);
@@ -281,7 +281,7 @@ Test(order, same_tag_1000_messages_of_varied_sizes, .timeout = 80)
 /* On one tag: L S L S S L (L = 4 MiB, rendezvous everywhere; S = 8 B,
  * eager everywhere). Receives are exact-size, so a small message that
  * overtook a large one completes a receive with DPL_ETRUNC. */
-static void mixed_rank(struct conf_rank *rk)
+static void mixed_rank(struct tj_rank *rk)
 {
 	static const size_t lens[6] = {4u << 20, 8, 4u << 20, 8, 8, 4u << 20};
 	bool unexpected = *(bool *)rk->arg;
@@ -292,9 +292,9 @@ static void mixed_rank(struct conf_rank *rk)
 
 	conf_set_init(rk, &s, 6);
 	for (k = 0; k < 6; k++) {
-		buf[k] = conf_alloc(rk, lens[k]);
+		buf[k] = tj_alloc(rk, lens[k]);
 		if (rk->rank == 0)
-			conf_fill(buf[k], lens[k], 300 + k);
+			tj_fill(buf[k], lens[k], 300 + k);
 	}
 	if (rk->rank == 1 && !unexpected) {
 		for (k = 0; k < 6; k++) {
@@ -306,9 +306,9 @@ static void mixed_rank(struct conf_rank *rk)
 	if (rk->rank == 0 && unexpected) {
 		for (k = 0; k < 6; k++)
 			conf_send_early(rk, &s, 1, 5, buf[k], lens[k]);
-		conf_progress_for(rk, 50);
+		tj_progress_for(rk, 50);
 	}
-	conf_barrier(rk);
+	tj_barrier(rk);
 	conf_set_flush(rk, &s);
 	for (k = 0; k < 6 && s.n < 6; k++) {
 		if (rk->rank == 0)
@@ -321,16 +321,16 @@ static void mixed_rank(struct conf_rank *rk)
 	}
 	conf_set_wait(rk, &s, "large and small messages on one tag");
 	for (k = 0; k < 6; k++) {
-		conf_expect(rk, s.rc[k] == 0, "%s %u (%zu bytes, %s): %s",
-			    rk->rank ? "receive" : "send", k, lens[k],
-			    unexpected ? "unexpected" : "expected",
-			    dpl_err_name(s.rc[k]));
+		TJ_CHECK(rk, s.rc[k] == 0, "%s %u (%zu bytes, %s): %s",
+			 rk->rank ? "receive" : "send", k, lens[k],
+			 unexpected ? "unexpected" : "expected",
+			 dpl_err_name(s.rc[k]));
 		if (rk->rank == 1) {
-			bad = conf_verify(buf[k], lens[k], 300 + k);
-			conf_expect(rk, bad < 0,
-				    "message %u (%zu bytes) differs at byte "
-				    "%lld",
-				    k, lens[k], bad);
+			bad = tj_verify(buf[k], lens[k], 300 + k);
+			TJ_CHECK(rk, bad < 0,
+				 "message %u (%zu bytes) differs at byte "
+				 "%lld",
+				 k, lens[k], bad);
 		}
 	}
 }
@@ -355,7 +355,7 @@ Test(order, large_then_small_unexpected, .timeout = 80)
 
 /* ---------------------------------------------------------------- */
 
-static void any_order_rank(struct conf_rank *rk)
+static void any_order_rank(struct tj_rank *rk)
 {
 	static const size_t lens[8] = {4u << 20, 8, 1u << 20, 64,
 				       256u << 10, 0, 16u << 10, 1};
@@ -367,9 +367,9 @@ static void any_order_rank(struct conf_rank *rk)
 
 	conf_set_init(rk, &s, 8);
 	for (k = 0; k < 8; k++) {
-		buf[k] = conf_alloc(rk, lens[k] + 1);
+		buf[k] = tj_alloc(rk, lens[k] + 1);
 		if (rk->rank == 1)
-			conf_fill(buf[k], lens[k], 400 + k);
+			tj_fill(buf[k], lens[k], 400 + k);
 	}
 	if (rk->rank == 0) {
 		for (k = 0; k < 8; k++) {
@@ -377,9 +377,9 @@ static void any_order_rank(struct conf_rank *rk)
 				  lens[k], &s);
 			conf_set_added(&s);
 		}
-		conf_barrier(rk);
+		tj_barrier(rk);
 	} else {
-		conf_barrier(rk);
+		tj_barrier(rk);
 		for (k = 8; k-- > 0;) {
 			conf_send(rk, conf_set_next(&s), 0, 60 + k, buf[k],
 				  lens[k], &s);
@@ -391,15 +391,15 @@ static void any_order_rank(struct conf_rank *rk)
 		snprintf(order + strlen(order), sizeof order - strlen(order),
 			 "%s%zu", k ? " " : "", s.order[k]);
 	if (rk->rank == 0)
-		conf_note(rk, "receives (posted 0..7) completed as: %s", order);
+		tj_note(rk, "receives (posted 0..7) completed as: %s", order);
 	for (k = 0; k < 8; k++) {
-		conf_expect(rk, s.rc[k] == 0, "request %u: %s", k,
-			    dpl_err_name(s.rc[k]));
+		TJ_CHECK(rk, s.rc[k] == 0, "request %u: %s", k,
+			 dpl_err_name(s.rc[k]));
 		if (rk->rank == 0) {
-			bad = conf_verify(buf[k], lens[k], 400 + k);
-			conf_expect(rk, bad < 0,
-				    "message of tag %u differs at byte %lld",
-				    60 + k, bad);
+			bad = tj_verify(buf[k], lens[k], 400 + k);
+			TJ_CHECK(rk, bad < 0,
+				 "message of tag %u differs at byte %lld",
+				 60 + k, bad);
 		}
 	}
 }

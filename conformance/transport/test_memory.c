@@ -27,9 +27,9 @@
 /* Round r's buffer: malloc/free in the first half of the rounds (after
  * the first free the allocator hands the same block out again),
  * mmap/munmap at the previous mapping's address in the second half. */
-static void reuse_rank(struct conf_rank *rk)
+static void reuse_rank(struct tj_rank *rk)
 {
-	void *rq = conf_reqs(rk, 1);
+	void *rq = tj_reqs(rk, 1);
 	unsigned char *buf, *last = NULL;
 	unsigned r, same = 0;
 	int rc;
@@ -48,41 +48,41 @@ static void reuse_rank(struct conf_rank *rk)
 
 			buf = mmap(hint, REUSE_LEN, PROT_READ | PROT_WRITE,
 				   MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-			conf_expect(rk, buf != MAP_FAILED, "mmap of 4 MiB: %s",
-				    strerror(errno));
+			TJ_CHECK(rk, buf != MAP_FAILED, "mmap of 4 MiB: %s",
+				 strerror(errno));
 		} else {
 			buf = malloc(REUSE_LEN);
-			conf_expect(rk, buf != NULL, "out of memory");
+			TJ_CHECK(rk, buf != NULL, "out of memory");
 		}
 		same += last != NULL && ((uintptr_t)buf ^ (uintptr_t)last) <
 						(uintptr_t)sysconf(_SC_PAGESIZE);
 		last = buf;
-		conf_step(rk, "round %u: %s buffer at %p", r,
-			  mapped ? "mmap" : "malloc", (void *)buf);
+		tj_step(rk, "round %u: %s buffer at %p", r,
+			mapped ? "mmap" : "malloc", (void *)buf);
 		if (rk->rank == 0) {
-			conf_fill(buf, REUSE_LEN, 900 + r);
+			tj_fill(buf, REUSE_LEN, 900 + r);
 			conf_send(rk, rq, 1, 33, buf, REUSE_LEN, NULL);
 		} else {
 			memset(buf, 0, REUSE_LEN);
 			conf_recv(rk, rq, 0, 33, buf, REUSE_LEN, NULL);
 		}
-		rc = conf_wait(rk, rq, "a message in a reused buffer");
-		conf_expect(rk, rc == 0, "round %u: %s", r, dpl_err_name(rc));
+		rc = tj_wait(rk, rq, 0, "a message in a reused buffer");
+		TJ_CHECK(rk, rc == 0, "round %u: %s", r, dpl_err_name(rc));
 		if (rk->rank == 1)
-			conf_expect(rk, conf_verify(buf, REUSE_LEN, 900 + r) <
-						0,
-				    "round %u: a 4 MiB message into memory "
-				    "reused at the same address differs (a "
-				    "stale registration?)",
-				    r);
-		conf_barrier(rk);
+			TJ_CHECK(rk, tj_verify(buf, REUSE_LEN, 900 + r) <
+					     0,
+				 "round %u: a 4 MiB message into memory "
+				 "reused at the same address differs (a "
+				 "stale registration?)",
+				 r);
+		tj_barrier(rk);
 		if (mapped)
 			munmap(buf, REUSE_LEN);
 		else
 			free(buf);
 	}
-	conf_note(rk, "%u of %d rounds reused the previous buffer's page",
-		  same, REUSE_ROUNDS - 2);
+	tj_note(rk, "%u of %d rounds reused the previous buffer's page",
+		same, REUSE_ROUNDS - 2);
 }
 
 Test(memory, buffer_reuse_after_free, .timeout = 80)
@@ -141,25 +141,25 @@ static bool cudart_load(struct cudart *c, char *why, size_t size)
 	return true;
 }
 
-static void cuda_rank(struct conf_rank *rk)
+static void cuda_rank(struct tj_rank *rk)
 {
 	const size_t len = 8u << 20;
 	struct cudart c;
-	unsigned char *host = conf_alloc(rk, len);
-	void *dev = NULL, *rq = conf_reqs(rk, 1);
+	unsigned char *host = tj_alloc(rk, len);
+	void *dev = NULL, *rq = tj_reqs(rk, 1);
 	char why[256];
 	int rc, n = 0;
 
-	conf_expect(rk, cudart_load(&c, why, sizeof why), "%s", why);
-	conf_expect(rk, c.get_device_count(&n) == 0 && n > 0,
-		    "no CUDA device in the rank");
-	conf_expect(rk, c.set_device(rk->rank % n) == 0, "cudaSetDevice");
+	TJ_CHECK(rk, cudart_load(&c, why, sizeof why), "%s", why);
+	TJ_CHECK(rk, c.get_device_count(&n) == 0 && n > 0,
+		 "no CUDA device in the rank");
+	TJ_CHECK(rk, c.set_device(rk->rank % n) == 0, "cudaSetDevice");
 	rc = c.malloc_(&dev, len);
-	conf_expect(rk, rc == 0, "cudaMalloc: %s", c.error_string(rc));
+	TJ_CHECK(rk, rc == 0, "cudaMalloc: %s", c.error_string(rc));
 	if (rk->rank == 0) {
-		conf_fill(host, len, 39);
-		conf_expect(rk, c.memcpy_(dev, host, len, CUDA_H2D) == 0,
-			    "cudaMemcpy to the device");
+		tj_fill(host, len, 39);
+		TJ_CHECK(rk, c.memcpy_(dev, host, len, CUDA_H2D) == 0,
+			 "cudaMemcpy to the device");
 		rc = dpl_transport_isend(rk->t, rq, 1, 39, dev, len,
 					 DPL_MEM_CUDA);
 	} else {
@@ -167,18 +167,18 @@ static void cuda_rank(struct conf_rank *rk)
 					 DPL_MEM_CUDA);
 	}
 	conf_check_code(rk, rc, "post of DPL_MEM_CUDA memory");
-	conf_expect(rk, rc == 0, "post of 8 MiB of device memory: %s (%s)",
-		    dpl_err_name(rc), dpl_last_error());
-	rc = conf_wait(rk, rq, "a device-memory message");
-	conf_expect(rk, rc == 0, "device-memory message: %s",
-		    dpl_err_name(rc));
+	TJ_CHECK(rk, rc == 0, "post of 8 MiB of device memory: %s (%s)",
+		 dpl_err_name(rc), dpl_last_error());
+	rc = tj_wait(rk, rq, 0, "a device-memory message");
+	TJ_CHECK(rk, rc == 0, "device-memory message: %s",
+		 dpl_err_name(rc));
 	if (rk->rank == 1) {
-		conf_expect(rk, c.memcpy_(host, dev, len, CUDA_D2H) == 0,
-			    "cudaMemcpy from the device");
-		conf_expect(rk, conf_verify(host, len, 39) < 0,
-			    "8 MiB of device memory arrived different");
+		TJ_CHECK(rk, c.memcpy_(host, dev, len, CUDA_D2H) == 0,
+			 "cudaMemcpy from the device");
+		TJ_CHECK(rk, tj_verify(host, len, 39) < 0,
+			 "8 MiB of device memory arrived different");
 	}
-	conf_barrier(rk);
+	tj_barrier(rk);
 	c.free_(dev);
 }
 

@@ -33,91 +33,91 @@ static long long guard_check(const unsigned char *p, size_t n)
 
 /* ---------------------------------------------------------------- */
 
-static void zero_rank(struct conf_rank *rk)
+static void zero_rank(struct tj_rank *rk)
 {
 	unsigned char in[4][16], out[16];
-	void *rq = conf_reqs(rk, 8);
+	void *rq = tj_reqs(rk, 8);
 	uint32_t peer = 1 - rk->rank;
 	int rc;
 
 	if (rk->rank == 0) {
-		conf_fill(out, sizeof out, 5);
-		conf_step(rk, "send 0 bytes on tag 1 (receive posted first)");
-		conf_barrier(rk);
-		conf_send(rk, conf_req(rk, rq, 0), peer, 1, out, 0, NULL);
-		conf_step(rk, "send 0 bytes on tag 2 before its receive");
-		conf_send(rk, conf_req(rk, rq, 1), peer, 2, out, 0, NULL);
-		conf_send(rk, conf_req(rk, rq, 2), peer, 3, out, 0, NULL);
-		conf_send(rk, conf_req(rk, rq, 3), peer, 4, out, 1, NULL);
-		conf_barrier(rk);
-		rc = conf_wait(rk, conf_req(rk, rq, 0), "0-byte send");
-		conf_expect(rk, rc == 0, "0-byte send (expected): %s",
-			    dpl_err_name(rc));
-		rc = conf_wait(rk, conf_req(rk, rq, 1), "0-byte send");
-		conf_expect(rk, rc == 0, "0-byte send (unexpected): %s",
-			    dpl_err_name(rc));
-		rc = conf_wait(rk, conf_req(rk, rq, 2), "0-byte send");
-		conf_expect(rk, rc == 0 || rc == DPL_ETRUNC,
-			    "0-byte send into a 1-byte receive: %s, expected "
-			    "0 or DPL_ETRUNC",
-			    dpl_err_name(rc));
-		rc = conf_wait(rk, conf_req(rk, rq, 3), "1-byte send");
-		conf_expect(rk, rc == 0 || rc == DPL_ETRUNC,
-			    "1-byte send into a 0-byte receive: %s, expected "
-			    "0 or DPL_ETRUNC",
-			    dpl_err_name(rc));
-		conf_step(rk, "8 bytes on tags 3 and 4 after the mismatches");
-		conf_send(rk, conf_req(rk, rq, 4), peer, 3, out, 8, NULL);
-		conf_send(rk, conf_req(rk, rq, 5), peer, 4, out, 8, NULL);
-		rc = conf_wait(rk, conf_req(rk, rq, 4), "8-byte send");
-		conf_expect(rk, rc == 0, "8-byte send: %s", dpl_err_name(rc));
-		rc = conf_wait(rk, conf_req(rk, rq, 5), "8-byte send");
-		conf_expect(rk, rc == 0, "8-byte send: %s", dpl_err_name(rc));
+		tj_fill(out, sizeof out, 5);
+		tj_step(rk, "send 0 bytes on tag 1 (receive posted first)");
+		tj_barrier(rk);
+		conf_send(rk, tj_req(rk, rq, 0), peer, 1, out, 0, NULL);
+		tj_step(rk, "send 0 bytes on tag 2 before its receive");
+		conf_send(rk, tj_req(rk, rq, 1), peer, 2, out, 0, NULL);
+		conf_send(rk, tj_req(rk, rq, 2), peer, 3, out, 0, NULL);
+		conf_send(rk, tj_req(rk, rq, 3), peer, 4, out, 1, NULL);
+		tj_barrier(rk);
+		rc = tj_wait(rk, tj_req(rk, rq, 0), 0, "0-byte send");
+		TJ_CHECK(rk, rc == 0, "0-byte send (expected): %s",
+			 dpl_err_name(rc));
+		rc = tj_wait(rk, tj_req(rk, rq, 1), 0, "0-byte send");
+		TJ_CHECK(rk, rc == 0, "0-byte send (unexpected): %s",
+			 dpl_err_name(rc));
+		rc = tj_wait(rk, tj_req(rk, rq, 2), 0, "0-byte send");
+		TJ_CHECK(rk, rc == 0 || rc == DPL_ETRUNC,
+			 "0-byte send into a 1-byte receive: %s, expected "
+			 "0 or DPL_ETRUNC",
+			 dpl_err_name(rc));
+		rc = tj_wait(rk, tj_req(rk, rq, 3), 0, "1-byte send");
+		TJ_CHECK(rk, rc == 0 || rc == DPL_ETRUNC,
+			 "1-byte send into a 0-byte receive: %s, expected "
+			 "0 or DPL_ETRUNC",
+			 dpl_err_name(rc));
+		tj_step(rk, "8 bytes on tags 3 and 4 after the mismatches");
+		conf_send(rk, tj_req(rk, rq, 4), peer, 3, out, 8, NULL);
+		conf_send(rk, tj_req(rk, rq, 5), peer, 4, out, 8, NULL);
+		rc = tj_wait(rk, tj_req(rk, rq, 4), 0, "8-byte send");
+		TJ_CHECK(rk, rc == 0, "8-byte send: %s", dpl_err_name(rc));
+		rc = tj_wait(rk, tj_req(rk, rq, 5), 0, "8-byte send");
+		TJ_CHECK(rk, rc == 0, "8-byte send: %s", dpl_err_name(rc));
 		return;
 	}
 	memset(in, GUARD_BYTE, sizeof in);
-	conf_recv(rk, conf_req(rk, rq, 0), peer, 1, in[0], 0, NULL);
-	conf_barrier(rk);
-	conf_barrier(rk);
-	conf_step(rk, "receive 0 bytes on tag 2 (message already sent)");
-	conf_recv(rk, conf_req(rk, rq, 1), peer, 2, in[1], 0, NULL);
-	conf_recv(rk, conf_req(rk, rq, 2), peer, 3, in[2], 1, NULL);
-	conf_recv(rk, conf_req(rk, rq, 3), peer, 4, in[3], 0, NULL);
-	rc = conf_wait(rk, conf_req(rk, rq, 0), "0-byte receive");
-	conf_expect(rk, rc == 0, "0-byte receive (expected): %s",
-		    dpl_err_name(rc));
-	rc = conf_wait(rk, conf_req(rk, rq, 1), "0-byte receive");
-	conf_expect(rk, rc == 0, "0-byte receive (unexpected): %s",
-		    dpl_err_name(rc));
-	conf_expect(rk, guard_check(in[0], 16) < 0 &&
-				guard_check(in[1], 16) < 0,
-		    "a 0-byte receive wrote into its buffer");
-	rc = conf_wait(rk, conf_req(rk, rq, 2), "1-byte receive");
-	conf_expect(rk, rc == DPL_ETRUNC,
-		    "1-byte receive of a 0-byte message: %s, expected "
-		    "DPL_ETRUNC (receives are exact-size)",
-		    dpl_err_name(rc));
-	rc = conf_wait(rk, conf_req(rk, rq, 3), "0-byte receive");
-	conf_expect(rk, rc == DPL_ETRUNC,
-		    "0-byte receive of a 1-byte message: %s, expected "
-		    "DPL_ETRUNC",
-		    dpl_err_name(rc));
-	conf_expect(rk, guard_check(in[3], 16) < 0,
-		    "a 0-byte receive of a 1-byte message wrote into its "
-		    "buffer");
-	conf_step(rk, "8 bytes on tags 3 and 4 after the mismatches");
-	conf_recv(rk, conf_req(rk, rq, 4), peer, 3, in[2], 8, NULL);
-	conf_recv(rk, conf_req(rk, rq, 5), peer, 4, in[3], 8, NULL);
-	rc = conf_wait(rk, conf_req(rk, rq, 4), "8-byte receive");
-	conf_expect(rk, rc == 0 && conf_verify(in[2], 8, 5) < 0,
-		    "8 bytes on tag 3 after a mismatch: %s, data %s",
-		    dpl_err_name(rc),
-		    conf_verify(in[2], 8, 5) < 0 ? "right" : "wrong");
-	rc = conf_wait(rk, conf_req(rk, rq, 5), "8-byte receive");
-	conf_expect(rk, rc == 0 && conf_verify(in[3], 8, 5) < 0,
-		    "8 bytes on tag 4 after a mismatch: %s, data %s",
-		    dpl_err_name(rc),
-		    conf_verify(in[3], 8, 5) < 0 ? "right" : "wrong");
+	conf_recv(rk, tj_req(rk, rq, 0), peer, 1, in[0], 0, NULL);
+	tj_barrier(rk);
+	tj_barrier(rk);
+	tj_step(rk, "receive 0 bytes on tag 2 (message already sent)");
+	conf_recv(rk, tj_req(rk, rq, 1), peer, 2, in[1], 0, NULL);
+	conf_recv(rk, tj_req(rk, rq, 2), peer, 3, in[2], 1, NULL);
+	conf_recv(rk, tj_req(rk, rq, 3), peer, 4, in[3], 0, NULL);
+	rc = tj_wait(rk, tj_req(rk, rq, 0), 0, "0-byte receive");
+	TJ_CHECK(rk, rc == 0, "0-byte receive (expected): %s",
+		 dpl_err_name(rc));
+	rc = tj_wait(rk, tj_req(rk, rq, 1), 0, "0-byte receive");
+	TJ_CHECK(rk, rc == 0, "0-byte receive (unexpected): %s",
+		 dpl_err_name(rc));
+	TJ_CHECK(rk, guard_check(in[0], 16) < 0 &&
+			     guard_check(in[1], 16) < 0,
+		 "a 0-byte receive wrote into its buffer");
+	rc = tj_wait(rk, tj_req(rk, rq, 2), 0, "1-byte receive");
+	TJ_CHECK(rk, rc == DPL_ETRUNC,
+		 "1-byte receive of a 0-byte message: %s, expected "
+		 "DPL_ETRUNC (receives are exact-size)",
+		 dpl_err_name(rc));
+	rc = tj_wait(rk, tj_req(rk, rq, 3), 0, "0-byte receive");
+	TJ_CHECK(rk, rc == DPL_ETRUNC,
+		 "0-byte receive of a 1-byte message: %s, expected "
+		 "DPL_ETRUNC",
+		 dpl_err_name(rc));
+	TJ_CHECK(rk, guard_check(in[3], 16) < 0,
+		 "a 0-byte receive of a 1-byte message wrote into its "
+		 "buffer");
+	tj_step(rk, "8 bytes on tags 3 and 4 after the mismatches");
+	conf_recv(rk, tj_req(rk, rq, 4), peer, 3, in[2], 8, NULL);
+	conf_recv(rk, tj_req(rk, rq, 5), peer, 4, in[3], 8, NULL);
+	rc = tj_wait(rk, tj_req(rk, rq, 4), 0, "8-byte receive");
+	TJ_CHECK(rk, rc == 0 && tj_verify(in[2], 8, 5) < 0,
+		 "8 bytes on tag 3 after a mismatch: %s, data %s",
+		 dpl_err_name(rc),
+		 tj_verify(in[2], 8, 5) < 0 ? "right" : "wrong");
+	rc = tj_wait(rk, tj_req(rk, rq, 5), 0, "8-byte receive");
+	TJ_CHECK(rk, rc == 0 && tj_verify(in[3], 8, 5) < 0,
+		 "8 bytes on tag 4 after a mismatch: %s, data %s",
+		 dpl_err_name(rc),
+		 tj_verify(in[3], 8, 5) < 0 ? "right" : "wrong");
 }
 
 Test(msg, zero_length_expected_and_unexpected, .timeout = 80)
@@ -140,12 +140,12 @@ static uint64_t seed_of(size_t i, uint32_t from)
 	return (uint64_t)from * 1000 + i + 1;
 }
 
-static void sizes_rank(struct conf_rank *rk)
+static void sizes_rank(struct tj_rank *rk)
 {
 	const struct sizes *a = rk->arg;
 	uint32_t peer = 1 - rk->rank;
-	unsigned char **in = conf_alloc(rk, a->n * sizeof *in);
-	unsigned char **out = conf_alloc(rk, a->n * sizeof *out);
+	unsigned char **in = tj_alloc(rk, a->n * sizeof *in);
+	unsigned char **out = tj_alloc(rk, a->n * sizeof *out);
 	struct conf_set rs, ss;
 	long long bad;
 	size_t i;
@@ -155,21 +155,21 @@ static void sizes_rank(struct conf_rank *rk)
 	for (i = 0; i < a->n; i++) {
 		in[i] = malloc(a->len[i] + GUARD);
 		out[i] = malloc(a->len[i] + 1);
-		conf_expect(rk, in[i] && out[i], "out of memory (%zu bytes)",
-			    a->len[i]);
+		TJ_CHECK(rk, in[i] && out[i], "out of memory (%zu bytes)",
+			 a->len[i]);
 		guard_fill(in[i], a->len[i] + GUARD);
-		conf_fill(out[i], a->len[i], seed_of(i, rk->rank));
+		tj_fill(out[i], a->len[i], seed_of(i, rk->rank));
 	}
 	if (a->unexpected) {
-		conf_step(rk, "posting %zu sends before the receives", a->n);
+		tj_step(rk, "posting %zu sends before the receives", a->n);
 		for (i = 0; i < a->n; i++)
 			conf_send_early(rk, &ss, peer, i, out[i], a->len[i]);
 		if (ss.queued)
-			conf_note(rk, "the last %zu sends waited for the "
-				      "receives (DPL_EAGAIN)", ss.queued);
-		conf_barrier(rk);
+			tj_note(rk, "the last %zu sends waited for the "
+				    "receives (DPL_EAGAIN)", ss.queued);
+		tj_barrier(rk);
 	}
-	conf_step(rk, "posting %zu receives", a->n);
+	tj_step(rk, "posting %zu receives", a->n);
 	for (i = 0; i < a->n; i++) {
 		conf_recv(rk, conf_set_next(&rs), peer, i, in[i], a->len[i],
 			  &rs);
@@ -177,33 +177,33 @@ static void sizes_rank(struct conf_rank *rk)
 	}
 	conf_set_flush(rk, &ss);
 	if (!a->unexpected) {
-		conf_barrier(rk);
-		conf_step(rk, "posting %zu sends after the receives", a->n);
+		tj_barrier(rk);
+		tj_step(rk, "posting %zu sends after the receives", a->n);
 		for (i = 0; i < a->n; i++) {
 			conf_send(rk, conf_set_next(&ss), peer, i, out[i],
 				  a->len[i], &ss);
 			conf_set_added(&ss);
 		}
 	}
-	conf_step(rk, "waiting for the receives");
+	tj_step(rk, "waiting for the receives");
 	conf_set_wait(rk, &rs, "receives of the size sweep");
-	conf_step(rk, "waiting for the sends");
+	tj_step(rk, "waiting for the sends");
 	conf_set_wait(rk, &ss, "sends of the size sweep");
 	for (i = 0; i < a->n; i++) {
-		conf_expect(rk, rs.rc[i] == 0, "receive of %zu bytes: %s",
-			    a->len[i], dpl_err_name(rs.rc[i]));
-		conf_expect(rk, ss.rc[i] == 0, "send of %zu bytes: %s",
-			    a->len[i], dpl_err_name(ss.rc[i]));
-		bad = conf_verify(in[i], a->len[i], seed_of(i, peer));
-		conf_expect(rk, bad < 0,
-			    "%zu-byte message: byte %lld differs from what "
-			    "rank %u sent",
-			    a->len[i], bad, peer);
+		TJ_CHECK(rk, rs.rc[i] == 0, "receive of %zu bytes: %s",
+			 a->len[i], dpl_err_name(rs.rc[i]));
+		TJ_CHECK(rk, ss.rc[i] == 0, "send of %zu bytes: %s",
+			 a->len[i], dpl_err_name(ss.rc[i]));
+		bad = tj_verify(in[i], a->len[i], seed_of(i, peer));
+		TJ_CHECK(rk, bad < 0,
+			 "%zu-byte message: byte %lld differs from what "
+			 "rank %u sent",
+			 a->len[i], bad, peer);
 		bad = guard_check(in[i] + a->len[i], GUARD);
-		conf_expect(rk, bad < 0,
-			    "%zu-byte message: guard byte %lld after the "
-			    "buffer was overwritten",
-			    a->len[i], bad);
+		TJ_CHECK(rk, bad < 0,
+			 "%zu-byte message: guard byte %lld after the "
+			 "buffer was overwritten",
+			 a->len[i], bad);
 		free(in[i]);
 		free(out[i]);
 	}
@@ -256,7 +256,7 @@ Test(msg, sizes_across_thresholds_unexpected, .timeout = 140)
 
 /* ---------------------------------------------------------------- */
 
-static void unaligned_rank(struct conf_rank *rk)
+static void unaligned_rank(struct tj_rank *rk)
 {
 	static const size_t lens[2] = {1000, 300000};
 	uint32_t peer = 1 - rk->rank;
@@ -272,15 +272,15 @@ static void unaligned_rank(struct conf_rank *rk)
 		so = k / 2 + 1;
 		ro = 8 - so;
 		len = lens[k % 2] + so;
-		in[k] = conf_alloc(rk, len + 32);
-		out[k] = conf_alloc(rk, len + 16);
+		in[k] = tj_alloc(rk, len + 32);
+		out[k] = tj_alloc(rk, len + 16);
 		guard_fill(in[k], len + 32);
-		conf_fill(out[k] + so, len, seed_of(k, rk->rank));
+		tj_fill(out[k] + so, len, seed_of(k, rk->rank));
 		conf_recv(rk, conf_set_next(&rs), peer, 100 + k, in[k] + ro,
 			  len, &rs);
 		conf_set_added(&rs);
 	}
-	conf_barrier(rk);
+	tj_barrier(rk);
 	for (k = 0; k < 14; k++) {
 		so = k / 2 + 1;
 		len = lens[k % 2] + so;
@@ -295,22 +295,22 @@ static void unaligned_rank(struct conf_rank *rk)
 		so = k / 2 + 1;
 		ro = 8 - so;
 		len = lens[k % 2] + so;
-		conf_expect(rk, rs.rc[k] == 0 && ss.rc[k] == 0,
-			    "message %zu (send offset %zu, receive offset "
-			    "%zu, %zu bytes): receive %s, send %s",
-			    k, so, ro, len, dpl_err_name(rs.rc[k]),
-			    dpl_err_name(ss.rc[k]));
-		bad = conf_verify(in[k] + ro, len, seed_of(k, peer));
-		conf_expect(rk, bad < 0,
-			    "unaligned message %zu (send offset %zu, "
-			    "receive offset %zu, %zu bytes): byte %lld "
-			    "differs",
-			    k, so, ro, len, bad);
-		conf_expect(rk, guard_check(in[k], ro) < 0 &&
-					guard_check(in[k] + ro + len, 16) < 0,
-			    "unaligned message %zu: bytes before or after "
-			    "the receive buffer were written",
-			    k);
+		TJ_CHECK(rk, rs.rc[k] == 0 && ss.rc[k] == 0,
+			 "message %zu (send offset %zu, receive offset "
+			 "%zu, %zu bytes): receive %s, send %s",
+			 k, so, ro, len, dpl_err_name(rs.rc[k]),
+			 dpl_err_name(ss.rc[k]));
+		bad = tj_verify(in[k] + ro, len, seed_of(k, peer));
+		TJ_CHECK(rk, bad < 0,
+			 "unaligned message %zu (send offset %zu, "
+			 "receive offset %zu, %zu bytes): byte %lld "
+			 "differs",
+			 k, so, ro, len, bad);
+		TJ_CHECK(rk, guard_check(in[k], ro) < 0 &&
+				     guard_check(in[k] + ro + len, 16) < 0,
+			 "unaligned message %zu: bytes before or after "
+			 "the receive buffer were written",
+			 k);
 	}
 }
 
@@ -327,7 +327,7 @@ Test(msg, unaligned_buffers, .timeout = 80)
 /* Rank 0 sends 16 small messages of distinct tags and sizes before rank
  * 1 posts anything; rank 1 receives them in reverse tag order. Then the
  * roles swap. */
-static void unexpected_small_rank(struct conf_rank *rk)
+static void unexpected_small_rank(struct tj_rank *rk)
 {
 	unsigned char *buf[16];
 	struct conf_set s;
@@ -340,24 +340,24 @@ static void unexpected_small_rank(struct conf_rank *rk)
 		conf_set_init(rk, &s, 16);
 		for (k = 0; k < 16; k++) {
 			len = 8 + 61 * k;
-			buf[k] = conf_alloc(rk, len);
+			buf[k] = tj_alloc(rk, len);
 			if (sender)
-				conf_fill(buf[k], len, seed_of(k, rk->rank));
+				tj_fill(buf[k], len, seed_of(k, rk->rank));
 		}
 		if (sender) {
-			conf_step(rk, "round %u: 16 sends before any receive",
-				  round);
+			tj_step(rk, "round %u: 16 sends before any receive",
+				round);
 			for (k = 0; k < 16; k++)
 				conf_send_early(rk, &s, peer, 200 + k, buf[k],
 						8 + 61 * k);
 			/* progress a while so they arrive unexpected */
-			conf_progress_for(rk, 50);
-			conf_barrier(rk);
+			tj_progress_for(rk, 50);
+			tj_barrier(rk);
 			conf_set_flush(rk, &s);
 		} else {
-			conf_barrier(rk);
-			conf_step(rk, "round %u: receives in reverse tag "
-				      "order", round);
+			tj_barrier(rk);
+			tj_step(rk, "round %u: receives in reverse tag "
+				    "order", round);
 			for (k = 16; k-- > 0;) {
 				conf_recv(rk, conf_set_next(&s), peer,
 					  200 + k, buf[k], 8 + 61 * k, &s);
@@ -366,24 +366,24 @@ static void unexpected_small_rank(struct conf_rank *rk)
 		}
 		conf_set_wait(rk, &s, "unexpected small messages");
 		for (k = 0; k < 16; k++) {
-			conf_expect(rk, s.rc[k] == 0, "%s %u: %s",
-				    sender ? "send" : "receive", k,
-				    dpl_err_name(s.rc[k]));
+			TJ_CHECK(rk, s.rc[k] == 0, "%s %u: %s",
+				 sender ? "send" : "receive", k,
+				 dpl_err_name(s.rc[k]));
 			if (!sender) {
 				uint32_t tag = 15 - k; /* posted in reverse */
-				long long bad = conf_verify(
+				long long bad = tj_verify(
 					buf[tag], 8 + 61 * tag,
 					seed_of(tag, peer));
 
-				conf_expect(rk, bad < 0,
-					    "unexpected message of tag %u "
-					    "differs at byte %lld",
-					    200 + tag, bad);
+				TJ_CHECK(rk, bad < 0,
+					 "unexpected message of tag %u "
+					 "differs at byte %lld",
+					 200 + tag, bad);
 			}
 		}
 		for (k = 0; k < 16; k++)
-			conf_free(rk, buf[k]);
-		conf_barrier(rk);
+			tj_free(rk, buf[k]);
+		tj_barrier(rk);
 	}
 }
 
@@ -397,7 +397,7 @@ Test(msg, unexpected_small_any_tag_order, .timeout = 80)
 
 /* ---------------------------------------------------------------- */
 
-static void unexpected_large_rank(struct conf_rank *rk)
+static void unexpected_large_rank(struct tj_rank *rk)
 {
 	static const size_t lens[3] = {4u << 20, 256u << 10, 8};
 	unsigned char *buf[3];
@@ -407,20 +407,20 @@ static void unexpected_large_rank(struct conf_rank *rk)
 
 	conf_set_init(rk, &s, 3);
 	for (k = 0; k < 3; k++) {
-		buf[k] = conf_alloc(rk, lens[k]);
+		buf[k] = tj_alloc(rk, lens[k]);
 		if (rk->rank == 0)
-			conf_fill(buf[k], lens[k], seed_of(k, 0));
+			tj_fill(buf[k], lens[k], seed_of(k, 0));
 	}
 	if (rk->rank == 0) {
-		conf_step(rk, "4 MiB, 256 KiB and 8 B before the receives");
+		tj_step(rk, "4 MiB, 256 KiB and 8 B before the receives");
 		for (k = 0; k < 3; k++)
 			conf_send_early(rk, &s, peer, 7 + k, buf[k], lens[k]);
-		conf_progress_for(rk, 100);
-		conf_barrier(rk);
+		tj_progress_for(rk, 100);
+		tj_barrier(rk);
 		conf_set_flush(rk, &s);
 	} else {
-		conf_barrier(rk);
-		conf_step(rk, "receives in reverse order");
+		tj_barrier(rk);
+		tj_step(rk, "receives in reverse order");
 		for (k = 3; k-- > 0;) {
 			conf_recv(rk, conf_set_next(&s), peer, 7 + k, buf[k],
 				  lens[k], &s);
@@ -429,15 +429,15 @@ static void unexpected_large_rank(struct conf_rank *rk)
 	}
 	conf_set_wait(rk, &s, "unexpected large messages");
 	for (k = 0; k < 3; k++)
-		conf_expect(rk, s.rc[k] == 0, "request %u: %s", k,
-			    dpl_err_name(s.rc[k]));
+		TJ_CHECK(rk, s.rc[k] == 0, "request %u: %s", k,
+			 dpl_err_name(s.rc[k]));
 	if (rk->rank == 1)
 		for (k = 0; k < 3; k++) {
-			bad = conf_verify(buf[k], lens[k], seed_of(k, 0));
-			conf_expect(rk, bad < 0,
-				    "unexpected %zu-byte message differs at "
-				    "byte %lld",
-				    lens[k], bad);
+			bad = tj_verify(buf[k], lens[k], seed_of(k, 0));
+			TJ_CHECK(rk, bad < 0,
+				 "unexpected %zu-byte message differs at "
+				 "byte %lld",
+				 lens[k], bad);
 		}
 }
 
@@ -460,11 +460,11 @@ struct many {
 
 #define FLAG_SENDER_READY 1
 
-static void many_rank(struct conf_rank *rk)
+static void many_rank(struct tj_rank *rk)
 {
 	const struct many *a = rk->arg;
 	uint32_t peer = 1 - rk->rank;
-	uint64_t *data = conf_alloc(rk, a->n * 8 * sizeof *data);
+	uint64_t *data = tj_alloc(rk, a->n * 8 * sizeof *data);
 	struct conf_set s;
 	uint64_t first_eagain = 0;
 	size_t i, posted = 0, tags = 4;
@@ -472,10 +472,10 @@ static void many_rank(struct conf_rank *rk)
 
 	conf_set_init(rk, &s, a->n);
 	if (rk->rank == 0) {
-		conf_step(rk, "posting %zu sends before any receive", a->n);
+		tj_step(rk, "posting %zu sends before any receive", a->n);
 		for (i = 0; i < a->n; i++) {
 			data[i * 8] = i;
-			conf_fill(&data[i * 8 + 1], 56, i + 1);
+			tj_fill(&data[i * 8 + 1], 56, i + 1);
 		}
 		while (posted < a->n) {
 			rc = dpl_transport_isend(rk->t, conf_set_next(&s),
@@ -488,34 +488,34 @@ static void many_rank(struct conf_rank *rk)
 				posted++;
 				continue;
 			}
-			conf_expect(rk, rc == DPL_EAGAIN,
-				    "isend %zu of %zu: %s (%s)", posted, a->n,
-				    dpl_err_name(rc), dpl_last_error());
+			TJ_CHECK(rk, rc == DPL_EAGAIN,
+				 "isend %zu of %zu: %s (%s)", posted, a->n,
+				 dpl_err_name(rc), dpl_last_error());
 			if (first_eagain == 0)
 				first_eagain = dpl_clock_ns();
 			/* pushed back for 200 ms: let the receiver go */
 			if (dpl_clock_ns() - first_eagain > 200000000ull)
-				conf_set_flag(rk, FLAG_SENDER_READY, 1);
-			conf_progress(rk);
+				tj_flag_set(rk, FLAG_SENDER_READY, 1);
+			tj_progress(rk);
 			conf_set_poll(rk, &s);
-			conf_expect(rk, !conf_aborted(rk) &&
-						dpl_clock_ns() < rk->deadline_ns,
-				    "stuck posting send %zu of %zu", posted,
-				    a->n);
+			TJ_CHECK(rk, !tj_aborted(rk) &&
+					     dpl_clock_ns() < rk->deadline_ns,
+				 "stuck posting send %zu of %zu", posted,
+				 a->n);
 		}
-		conf_note(rk, "%zu sends posted; the first DPL_EAGAIN came %s",
-			  a->n, first_eagain ? "before all were posted"
-					     : "never");
-		conf_set_flag(rk, FLAG_SENDER_READY, 1);
+		tj_note(rk, "%zu sends posted; the first DPL_EAGAIN came %s",
+			a->n, first_eagain ? "before all were posted"
+					   : "never");
+		tj_flag_set(rk, FLAG_SENDER_READY, 1);
 		conf_set_wait(rk, &s, "sends of many unexpected messages");
 		for (i = 0; i < a->n; i++)
-			conf_expect(rk, s.rc[i] == 0, "send %zu: %s", i,
-				    dpl_err_name(s.rc[i]));
+			TJ_CHECK(rk, s.rc[i] == 0, "send %zu: %s", i,
+				 dpl_err_name(s.rc[i]));
 		return;
 	}
-	conf_wait_flag(rk, FLAG_SENDER_READY, 1);
+	tj_flag_wait(rk, FLAG_SENDER_READY, 1, 0);
 	/* Receive tag by tag: each tag's messages in their order. */
-	conf_step(rk, "posting %zu receives tag by tag", a->n);
+	tj_step(rk, "posting %zu receives tag by tag", a->n);
 	for (i = 0; i < a->n; i++) {
 		size_t tag = i / ((a->n + tags - 1) / tags);
 		size_t k = i % ((a->n + tags - 1) / tags);
@@ -529,14 +529,14 @@ static void many_rank(struct conf_rank *rk)
 	}
 	conf_set_wait(rk, &s, "receives of many unexpected messages");
 	for (i = 0; i < s.n; i++)
-		conf_expect(rk, s.rc[i] == 0, "receive %zu: %s", i,
-			    dpl_err_name(s.rc[i]));
+		TJ_CHECK(rk, s.rc[i] == 0, "receive %zu: %s", i,
+			 dpl_err_name(s.rc[i]));
 	for (i = 0; i < a->n; i++) {
-		conf_expect(rk, data[i * 8] == i,
-			    "message %zu (tag %zu) carries sequence %llu", i,
-			    i % tags, (unsigned long long)data[i * 8]);
-		conf_expect(rk, conf_verify(&data[i * 8 + 1], 56, i + 1) < 0,
-			    "message %zu's payload differs", i);
+		TJ_CHECK(rk, data[i * 8] == i,
+			 "message %zu (tag %zu) carries sequence %llu", i,
+			 i % tags, (unsigned long long)data[i * 8]);
+		TJ_CHECK(rk, tj_verify(&data[i * 8 + 1], 56, i + 1) < 0,
+			 "message %zu's payload differs", i);
 	}
 }
 

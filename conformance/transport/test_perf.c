@@ -25,20 +25,20 @@ static double load(void)
 	return getloadavg(l, 1) == 1 ? l[0] : -1;
 }
 
-static void startup_rank(struct conf_rank *rk)
+static void startup_rank(struct tj_rank *rk)
 {
 	uint64_t t0 = dpl_clock_ns(), t1, t2;
 
 	conf_open(rk);
 	t1 = dpl_clock_ns();
-	conf_step(rk, "first 1 MiB round trip");
+	tj_step(rk, "first 1 MiB round trip");
 	conf_exchange(rk, 1 - rk->rank, 1, 1u << 20, 1);
 	t2 = dpl_clock_ns();
-	rk->w->slot[rk->rank].val[0] = (double)(t1 - t0) / 1e6;
-	rk->w->slot[rk->rank].val[1] = (double)(t2 - t0) / 1e6;
-	conf_note(rk, "init %.1f ms, init + first 1 MiB exchange %.1f ms",
-		  rk->w->slot[rk->rank].val[0], rk->w->slot[rk->rank].val[1]);
-	conf_barrier(rk);
+	rk->val[0] = (double)(t1 - t0) / 1e6;
+	rk->val[1] = (double)(t2 - t0) / 1e6;
+	tj_note(rk, "init %.1f ms, init + first 1 MiB exchange %.1f ms",
+		rk->val[0], rk->val[1]);
+	tj_barrier(rk);
 	conf_close(rk);
 }
 
@@ -72,54 +72,54 @@ static int cmp_double(const void *a, const void *b)
 	return (x > y) - (x < y);
 }
 
-static void pingpong_rank(struct conf_rank *rk)
+static void pingpong_rank(struct tj_rank *rk)
 {
 	unsigned iters = *(unsigned *)rk->arg;
 	uint32_t peer = 1 - rk->rank;
-	unsigned char *out = conf_alloc(rk, PP_LEN), *in = conf_alloc(rk, PP_LEN);
-	void *rq = conf_reqs(rk, 2);
+	unsigned char *out = tj_alloc(rk, PP_LEN), *in = tj_alloc(rk, PP_LEN);
+	void *rq = tj_reqs(rk, 2);
 	double gibs[PP_RUNS];
 	unsigned run, i, n;
 	uint64_t t0 = 0;
 	int rc;
 
-	conf_fill(out, PP_LEN, rk->rank);
+	tj_fill(out, PP_LEN, rk->rank);
 	for (run = 0; run <= PP_RUNS; run++) {
 		/* run 0 is the warm-up */
 		n = run == 0 ? PP_WARM : iters;
-		conf_barrier(rk);
+		tj_barrier(rk);
 		t0 = dpl_clock_ns();
 		for (i = 0; i < n; i++) {
-			conf_recv(rk, conf_req(rk, rq, 0), peer, 2, in, PP_LEN,
+			conf_recv(rk, tj_req(rk, rq, 0), peer, 2, in, PP_LEN,
 				  NULL);
 			if (rk->rank == 1) {
-				rc = conf_wait(rk, conf_req(rk, rq, 0), "ping");
-				conf_expect(rk, rc == 0, "ping: %s",
-					    dpl_err_name(rc));
+				rc = tj_wait(rk, tj_req(rk, rq, 0), 0, "ping");
+				TJ_CHECK(rk, rc == 0, "ping: %s",
+					 dpl_err_name(rc));
 			}
-			conf_send(rk, conf_req(rk, rq, 1), peer, 2, out,
+			conf_send(rk, tj_req(rk, rq, 1), peer, 2, out,
 				  PP_LEN, NULL);
 			if (rk->rank == 0) {
-				rc = conf_wait(rk, conf_req(rk, rq, 0), "pong");
-				conf_expect(rk, rc == 0, "pong: %s",
-					    dpl_err_name(rc));
+				rc = tj_wait(rk, tj_req(rk, rq, 0), 0, "pong");
+				TJ_CHECK(rk, rc == 0, "pong: %s",
+					 dpl_err_name(rc));
 			}
-			rc = conf_wait(rk, conf_req(rk, rq, 1), "a send");
-			conf_expect(rk, rc == 0, "send: %s", dpl_err_name(rc));
+			rc = tj_wait(rk, tj_req(rk, rq, 1), 0, "a send");
+			TJ_CHECK(rk, rc == 0, "send: %s", dpl_err_name(rc));
 		}
 		if (run > 0)
 			gibs[run - 1] = (double)PP_LEN * 2 * n /
 					((double)(dpl_clock_ns() - t0) / 1e9) /
 					(1u << 30);
 	}
-	conf_expect(rk, conf_verify(in, PP_LEN, peer) < 0,
-		    "ping-pong data differs");
+	TJ_CHECK(rk, tj_verify(in, PP_LEN, peer) < 0,
+		 "ping-pong data differs");
 	qsort(gibs, PP_RUNS, sizeof gibs[0], cmp_double);
-	rk->w->slot[rk->rank].val[0] = gibs[PP_RUNS / 2];
-	conf_note(rk, "1 MiB ping-pong, %u round trips x %d runs: median "
-		      "%.2f GiB/s (min %.2f, max %.2f)",
-		  iters, PP_RUNS, gibs[PP_RUNS / 2], gibs[0],
-		  gibs[PP_RUNS - 1]);
+	rk->val[0] = gibs[PP_RUNS / 2];
+	tj_note(rk, "1 MiB ping-pong, %u round trips x %d runs: median "
+		    "%.2f GiB/s (min %.2f, max %.2f)",
+		iters, PP_RUNS, gibs[PP_RUNS / 2], gibs[0],
+		gibs[PP_RUNS - 1]);
 }
 
 Test(perf, bandwidth_floor_1MiB, .timeout = 140)

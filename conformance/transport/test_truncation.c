@@ -39,77 +39,77 @@ static long long guard_check(const unsigned char *p, size_t n)
 	return -1;
 }
 
-static void trunc_one(struct conf_rank *rk, const struct tcase *c,
+static void trunc_one(struct tj_rank *rk, const struct tcase *c,
 		      uint64_t tag, bool unexpected)
 {
 	size_t big = c->msg > c->recv ? c->msg : c->recv;
-	unsigned char *buf = conf_alloc(rk, big + GUARD);
-	void *rq = conf_reqs(rk, 4);
+	unsigned char *buf = tj_alloc(rk, big + GUARD);
+	void *rq = tj_reqs(rk, 4);
 	const char *how = unexpected ? "unexpected" : "expected";
 	long long bad;
 	int rc;
 
 	if (rk->rank == 0) {
-		conf_fill(buf, c->msg, tag);
+		tj_fill(buf, c->msg, tag);
 		if (!unexpected)
-			conf_barrier(rk);
-		conf_step(rk, "sending %zu bytes into a %zu-byte receive (%s)",
-			  c->msg, c->recv, how);
-		conf_send(rk, conf_req(rk, rq, 0), 1, tag, buf, c->msg, NULL);
+			tj_barrier(rk);
+		tj_step(rk, "sending %zu bytes into a %zu-byte receive (%s)",
+			c->msg, c->recv, how);
+		conf_send(rk, tj_req(rk, rq, 0), 1, tag, buf, c->msg, NULL);
 		if (unexpected) {
-			conf_progress_for(rk, 20);
-			conf_barrier(rk);
+			tj_progress_for(rk, 20);
+			tj_barrier(rk);
 		}
-		rc = conf_wait(rk, conf_req(rk, rq, 0),
-			       "the send of a truncated message");
-		conf_expect(rk, rc == 0 || rc == DPL_ETRUNC,
-			    "send of %zu bytes into a %zu-byte receive (%s): "
-			    "%s, expected 0 or DPL_ETRUNC",
-			    c->msg, c->recv, how, dpl_err_name(rc));
-		conf_step(rk, "the same tag again, exact size");
-		conf_send(rk, conf_req(rk, rq, 1), 1, tag, buf, c->msg, NULL);
-		rc = conf_wait(rk, conf_req(rk, rq, 1), "a send after "
-							"truncation");
-		conf_expect(rk, rc == 0, "exact-size send after a truncation: "
-					 "%s", dpl_err_name(rc));
-		conf_barrier(rk);
+		rc = tj_wait(rk, tj_req(rk, rq, 0), 0,
+			     "the send of a truncated message");
+		TJ_CHECK(rk, rc == 0 || rc == DPL_ETRUNC,
+			 "send of %zu bytes into a %zu-byte receive (%s): "
+			 "%s, expected 0 or DPL_ETRUNC",
+			 c->msg, c->recv, how, dpl_err_name(rc));
+		tj_step(rk, "the same tag again, exact size");
+		conf_send(rk, tj_req(rk, rq, 1), 1, tag, buf, c->msg, NULL);
+		rc = tj_wait(rk, tj_req(rk, rq, 1), 0, "a send after "
+						       "truncation");
+		TJ_CHECK(rk, rc == 0, "exact-size send after a truncation: "
+				      "%s", dpl_err_name(rc));
+		tj_barrier(rk);
 		conf_exchange(rk, 1, tag + 1, 64, tag);
 		return;
 	}
 	memset(buf, GUARD_BYTE, big + GUARD);
 	if (unexpected)
-		conf_barrier(rk);
-	conf_step(rk, "receiving %zu bytes of a %zu-byte message (%s)",
-		  c->recv, c->msg, how);
-	conf_recv(rk, conf_req(rk, rq, 0), 0, tag, buf, c->recv, NULL);
+		tj_barrier(rk);
+	tj_step(rk, "receiving %zu bytes of a %zu-byte message (%s)",
+		c->recv, c->msg, how);
+	conf_recv(rk, tj_req(rk, rq, 0), 0, tag, buf, c->recv, NULL);
 	if (!unexpected)
-		conf_barrier(rk);
-	rc = conf_wait(rk, conf_req(rk, rq, 0), "a truncated receive");
-	conf_expect(rk, rc == DPL_ETRUNC,
-		    "%zu-byte receive of a %zu-byte message (%s): %s, "
-		    "expected DPL_ETRUNC",
-		    c->recv, c->msg, how, dpl_err_name(rc));
+		tj_barrier(rk);
+	rc = tj_wait(rk, tj_req(rk, rq, 0), 0, "a truncated receive");
+	TJ_CHECK(rk, rc == DPL_ETRUNC,
+		 "%zu-byte receive of a %zu-byte message (%s): %s, "
+		 "expected DPL_ETRUNC",
+		 c->recv, c->msg, how, dpl_err_name(rc));
 	bad = guard_check(buf + c->recv, GUARD);
-	conf_expect(rk, bad < 0,
-		    "%zu-byte receive of a %zu-byte message (%s): byte %lld "
-		    "after the receive buffer was written",
-		    c->recv, c->msg, how, bad);
-	conf_step(rk, "the same tag again, exact size");
+	TJ_CHECK(rk, bad < 0,
+		 "%zu-byte receive of a %zu-byte message (%s): byte %lld "
+		 "after the receive buffer was written",
+		 c->recv, c->msg, how, bad);
+	tj_step(rk, "the same tag again, exact size");
 	memset(buf, 0, big);
-	conf_recv(rk, conf_req(rk, rq, 1), 0, tag, buf, c->msg, NULL);
-	rc = conf_wait(rk, conf_req(rk, rq, 1), "a receive after truncation");
-	conf_expect(rk, rc == 0,
-		    "exact-size receive after a truncation (%s): %s; the "
-		    "endpoint must stay usable",
-		    how, dpl_err_name(rc));
-	bad = conf_verify(buf, c->msg, tag);
-	conf_expect(rk, bad < 0,
-		    "the message after a truncation differs at byte %lld", bad);
-	conf_barrier(rk);
+	conf_recv(rk, tj_req(rk, rq, 1), 0, tag, buf, c->msg, NULL);
+	rc = tj_wait(rk, tj_req(rk, rq, 1), 0, "a receive after truncation");
+	TJ_CHECK(rk, rc == 0,
+		 "exact-size receive after a truncation (%s): %s; the "
+		 "endpoint must stay usable",
+		 how, dpl_err_name(rc));
+	bad = tj_verify(buf, c->msg, tag);
+	TJ_CHECK(rk, bad < 0,
+		 "the message after a truncation differs at byte %lld", bad);
+	tj_barrier(rk);
 	conf_exchange(rk, 0, tag + 1, 64, tag);
 }
 
-static void trunc_rank(struct conf_rank *rk)
+static void trunc_rank(struct tj_rank *rk)
 {
 	const struct targ *a = rk->arg;
 	size_t i;
@@ -119,7 +119,7 @@ static void trunc_rank(struct conf_rank *rk)
 		for (v = 0; v < 2; v++) {
 			trunc_one(rk, &a->c[i], 1000 + 16 * i + 4 * (uint64_t)v,
 				  v == 1);
-			conf_barrier(rk);
+			tj_barrier(rk);
 		}
 }
 

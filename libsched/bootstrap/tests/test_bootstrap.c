@@ -4,29 +4,23 @@
  * arrive or die, duplicate ranks, mismatched collectives, the environment
  * variables of dpl and torchrun, and descriptor hygiene.
  *
- * Every test picks a free port of its own (bind to port 0, then release
- * it), so the tests may run in parallel.
+ * The ranks are a job of test_job.h: forked processes that share their
+ * results with the test; every job meets at a root on a free loopback
+ * port of its own (test_job picks it), so the tests may run in parallel.
  */
 #define _GNU_SOURCE
-#include <arpa/inet.h>
-#include <dirent.h>
-#include <netinet/in.h>
 #include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
-#include <sys/socket.h>
-#include <sys/wait.h>
-#include <time.h>
 #include <unistd.h>
 
 #include <criterion/criterion.h>
 
 #include <dpl/bootstrap.h>
 
-#include "forked_ranks.h"
+#include "test_job.h"
 
 #define MAXR 8
 
@@ -39,23 +33,43 @@ struct rank_out {
 	char root[128];
 };
 
-struct job;
-typedef void (*rank_fn)(int idx, struct job *j);
-
+/* What the ranks of a job share with the test (the job's user memory). */
 struct job {
 	struct rank_out out[MAXR];
 	atomic_int arrive[64];
-	atomic_int flag;
-	unsigned port;
-	rank_fn fn; /* what the forked ranks run */
 };
 
-static struct job *job_new(void)
+/* The shared memory of the rank's job. */
+static struct job *job_of(struct tj_rank *rk)
 {
-	struct job *j = fr_shared(sizeof *j);
+	return tj_user(rk);
+}
 
-	j->port = fr_pick_port();
-	return j;
+/*
+ * Run `n` ranks of fn as forked processes (ranks in `may_die` may die
+ * early), killing what is left after deadline_ms; returns what they
+ * shared. The job stays readable until tj_job_free().
+ */
+static struct job *run_job(struct tj_job *tj, uint32_t n, tj_rank_fn fn,
+			   void *arg, unsigned deadline_ms, uint32_t may_die)
+{
+	tj->size = n;
+	tj->fn = fn;
+	tj->arg = arg;
+	tj->user_size = sizeof(struct job);
+	tj->deadline_ms = deadline_ms;
+	tj->may_die = may_die;
+	tj_job_run(tj);
+	cr_assert_not_null(tj_job_user(tj), "%s", tj->report);
+	return tj_job_user(tj);
+}
+
+/* The job's root port (its meeting point is "127.0.0.1:<port>"). */
+static unsigned root_port(const char *meet)
+{
+	const char *colon = strrchr(meet, ':');
+
+	return colon != NULL ? (unsigned)atoi(colon + 1) : 0;
 }
 
 static void save(char *dst, int rc)
@@ -63,31 +77,15 @@ static void save(char *dst, int rc)
 	snprintf(dst, 512, "%s", rc ? dpl_last_error() : "");
 }
 
-static void run_rank(int idx, void *arg)
-{
-	struct job *j = arg;
-
-	j->fn(idx, j);
-}
-
-/* Fork one process per rank; rank i runs fn(i, j) and exits. */
-static void spawn(pid_t *pid, int n, rank_fn fn, struct job *j)
-{
-	j->fn = fn;
-	fr_spawn(pid, n, run_rank, j);
-}
-
-static int open_rank(struct job *j, uint32_t rank, uint32_t world,
+static int open_rank(struct tj_rank *rk, uint32_t rank, uint32_t world,
 		     uint32_t timeout_ms, dpl_bootstrap **b)
 {
-	char root[64];
 	struct dpl_bootstrap_params p;
 
-	snprintf(root, sizeof root, "127.0.0.1:%u", j->port);
 	memset(&p, 0, sizeof p);
 	p.rank = rank;
 	p.world_size = world;
-	p.root = root;
+	p.root = tj_meet(rk);
 	p.timeout_ms = timeout_ms;
 	return dpl_bootstrap_open(&p, b);
 }
@@ -103,8 +101,10 @@ static unsigned char pattern(uint32_t r, size_t i, unsigned k)
 static const size_t gather_len[] = {0, 1, 7, 256, DPL_BOOTSTRAP_BLOB_MAX};
 #define NGATHER (sizeof gather_len / sizeof gather_len[0])
 
-static void gather_rank(int idx, struct job *j)
+static void gather_rank(struct tj_rank *rk)
 {
+	struct job *j = job_of(rk);
+	int idx = (int)rk->rank;
 	static unsigned char mine[DPL_BOOTSTRAP_BLOB_MAX];
 	static unsigned char all[4 * DPL_BOOTSTRAP_BLOB_MAX];
 	struct rank_out *o = &j->out[idx];
@@ -113,7 +113,7 @@ static void gather_rank(int idx, struct job *j)
 	uint32_t r;
 	size_t i;
 
-	o->rc = open_rank(j, (uint32_t)idx, 4, 10000, &b);
+	o->rc = open_rank(rk, (uint32_t)idx, 4, 10000, &b);
 	save(o->msg, o->rc);
 	if (o->rc != 0)
 		return;
@@ -150,14 +150,13 @@ static void gather_rank(int idx, struct job *j)
 
 Test(bootstrap, allgather_four_ranks, .timeout = 30)
 {
-	struct job *j = job_new();
-	pid_t pid[4];
+	struct tj_job tj = {0};
+	struct job *j = run_job(&tj, 4, gather_rank, NULL, 20000, 0);
 	char want[64];
 	int i;
 
-	spawn(pid, 4, gather_rank, j);
-	cr_assert_eq(fr_reap(pid, 4, 20000), 4);
-	snprintf(want, sizeof want, "127.0.0.1:%u", j->port);
+	cr_assert(tj.report[0] == '\0', "%s", tj.report);
+	snprintf(want, sizeof want, "127.0.0.1:%u", root_port(tj.meet_used));
 	for (i = 0; i < 4; i++) {
 		cr_expect_eq(j->out[i].rc, 0, "rank %d open: %s", i,
 			     j->out[i].msg);
@@ -167,22 +166,25 @@ Test(bootstrap, allgather_four_ranks, .timeout = 30)
 			     j->out[i].bad);
 		cr_expect_str_eq(j->out[i].root, want);
 	}
+	tj_job_free(&tj);
 }
 
-static void barrier_rank(int idx, struct job *j)
+static void barrier_rank(struct tj_rank *rk)
 {
+	struct job *j = job_of(rk);
+	int idx = (int)rk->rank;
 	struct rank_out *o = &j->out[idx];
 	dpl_bootstrap *b = NULL;
 	int k;
 
-	o->rc = open_rank(j, (uint32_t)idx, 3, 10000, &b);
+	o->rc = open_rank(rk, (uint32_t)idx, 3, 10000, &b);
 	save(o->msg, o->rc);
 	if (o->rc != 0)
 		return;
 	for (k = 0; k < 40; k++) {
 		/* Stagger the ranks so that early ones really wait. */
 		if ((k + idx) % 3 == 0)
-			fr_sleep_ms(2);
+			tj_sleep_ms(2);
 		atomic_fetch_add(&j->arrive[k], 1);
 		o->rc2 = dpl_bootstrap_barrier(b);
 		if (o->rc2 != 0) {
@@ -197,12 +199,11 @@ static void barrier_rank(int idx, struct job *j)
 
 Test(bootstrap, barrier_waits_for_everyone, .timeout = 30)
 {
-	struct job *j = job_new();
-	pid_t pid[3];
+	struct tj_job tj = {0};
+	struct job *j = run_job(&tj, 3, barrier_rank, NULL, 20000, 0);
 	int i;
 
-	spawn(pid, 3, barrier_rank, j);
-	cr_assert_eq(fr_reap(pid, 3, 20000), 3);
+	cr_assert(tj.report[0] == '\0', "%s", tj.report);
 	for (i = 0; i < 3; i++) {
 		cr_expect_eq(j->out[i].rc, 0, "rank %d: %s", i, j->out[i].msg);
 		cr_expect_eq(j->out[i].rc2, 0, "rank %d: %s", i,
@@ -210,10 +211,12 @@ Test(bootstrap, barrier_waits_for_everyone, .timeout = 30)
 		cr_expect_eq(j->out[i].bad, 0, "rank %d left %d barriers early",
 			     i, j->out[i].bad);
 	}
+	tj_job_free(&tj);
 }
 
-static void single_rank(int idx, struct job *j)
+static void single_rank(struct tj_rank *rk)
 {
+	struct job *j = job_of(rk);
 	struct dpl_bootstrap_params p = {0, 1, "127.0.0.1:0", 1000};
 	struct rank_out *o = &j->out[0];
 	dpl_bootstrap *b = NULL;
@@ -237,87 +240,93 @@ static void single_rank(int idx, struct job *j)
 
 Test(bootstrap, world_of_one_picks_a_port, .timeout = 10)
 {
-	struct job *j = job_new();
-	pid_t pid[1];
+	struct tj_job tj = {0};
+	struct job *j = run_job(&tj, 1, single_rank, NULL, 5000, 0);
 	unsigned port = 0;
 
-	spawn(pid, 1, single_rank, j);
-	cr_assert_eq(fr_reap(pid, 1, 5000), 1);
+	cr_assert(tj.report[0] == '\0', "%s", tj.report);
 	cr_assert_eq(j->out[0].rc, 0, "%s", j->out[0].msg);
 	cr_expect_eq(j->out[0].bad, 0);
 	cr_expect_eq(j->out[0].rc2, (int)strlen(j->out[0].root));
 	cr_assert_eq(sscanf(j->out[0].root, "127.0.0.1:%u", &port), 1,
 		     "root '%s'", j->out[0].root);
 	cr_expect_neq(port, 0u);
+	tj_job_free(&tj);
 }
 
 /* ---- ranks that do not come, or die -------------------------------- */
 
-static void partial_rank(int idx, struct job *j)
+static void partial_rank(struct tj_rank *rk)
 {
+	struct job *j = job_of(rk);
+	int idx = (int)rk->rank;
 	struct rank_out *o = &j->out[idx];
 	dpl_bootstrap *b = NULL;
 
 	if (idx == 1)
-		fr_sleep_ms(100); /* rank 0 listens first: it owns the verdict */
-	o->rc = open_rank(j, (uint32_t)idx, 3, 600, &b);
+		tj_sleep_ms(100); /* rank 0 listens first: it owns the verdict */
+	o->rc = open_rank(rk, (uint32_t)idx, 3, 600, &b);
 	save(o->msg, o->rc);
 	dpl_bootstrap_close(b);
 }
 
 Test(bootstrap, rank_that_never_arrives_is_named, .timeout = 20)
 {
-	struct job *j = job_new();
-	pid_t pid[2];
+	struct tj_job tj = {0};
+	/* ranks 0 and 1 of 3 */
+	struct job *j = run_job(&tj, 2, partial_rank, NULL, 10000, 0);
 
-	spawn(pid, 2, partial_rank, j); /* ranks 0 and 1 of 3 */
-	cr_assert_eq(fr_reap(pid, 2, 10000), 2);
+	cr_assert(tj.report[0] == '\0', "%s", tj.report);
 	cr_expect_eq(j->out[0].rc, DPL_ETIMEDOUT, "%s", j->out[0].msg);
 	cr_expect(strstr(j->out[0].msg, "rank 2 never arrived") != NULL,
 		  "rank 0: %s", j->out[0].msg);
 	cr_expect_eq(j->out[1].rc, DPL_ETIMEDOUT, "%s", j->out[1].msg);
 	cr_expect(strstr(j->out[1].msg, "rank 2 never arrived") != NULL,
 		  "rank 1: %s", j->out[1].msg);
+	tj_job_free(&tj);
 }
 
-static void orphan_rank(int idx, struct job *j)
+static void orphan_rank(struct tj_rank *rk)
 {
+	struct job *j = job_of(rk);
 	struct rank_out *o = &j->out[0];
 	dpl_bootstrap *b = NULL;
 
-	o->rc = open_rank(j, 1, 2, 300, &b);
+	o->rc = open_rank(rk, 1, 2, 300, &b);
 	save(o->msg, o->rc);
 	dpl_bootstrap_close(b);
 }
 
 Test(bootstrap, absent_root_is_named, .timeout = 20)
 {
-	struct job *j = job_new();
-	pid_t pid[1];
+	struct tj_job tj = {0};
+	struct job *j = run_job(&tj, 1, orphan_rank, NULL, 10000, 0);
 	char want[64];
 
-	spawn(pid, 1, orphan_rank, j);
-	cr_assert_eq(fr_reap(pid, 1, 10000), 1);
+	cr_assert(tj.report[0] == '\0', "%s", tj.report);
 	snprintf(want, sizeof want, "root 127.0.0.1:%u (rank 0) did not "
-		 "answer rank 1", j->port);
+		 "answer rank 1", root_port(tj.meet_used));
 	cr_expect_eq(j->out[0].rc, DPL_ETIMEDOUT);
 	cr_expect(strstr(j->out[0].msg, want) != NULL, "%s", j->out[0].msg);
+	tj_job_free(&tj);
 }
 
-/* Rank 2 opens, then dies (flag 0: _exit, 1: SIGKILL) without close;
+/* Rank 2 opens, then dies (*arg 0: _exit, 1: SIGKILL) without close;
  * ranks 0 and 1 then run an allgather, and once more afterwards. */
-static void dying_rank(int idx, struct job *j)
+static void dying_rank(struct tj_rank *rk)
 {
+	struct job *j = job_of(rk);
+	int idx = (int)rk->rank;
 	struct rank_out *o = &j->out[idx];
 	dpl_bootstrap *b = NULL;
 	uint32_t v = 1, all[3], dead = 0;
 
-	o->rc = open_rank(j, (uint32_t)idx, 3, 5000, &b);
+	o->rc = open_rank(rk, (uint32_t)idx, 3, 5000, &b);
 	save(o->msg, o->rc);
 	if (o->rc != 0)
 		return;
 	if (idx == 2) {
-		if (atomic_load(&j->flag) == 1)
+		if (*(const int *)rk->arg == 1)
 			raise(SIGKILL);
 		_exit(0);
 	}
@@ -335,13 +344,11 @@ static void dying_rank(int idx, struct job *j)
 
 static void check_dead_rank_named(int how)
 {
-	struct job *j = job_new();
-	pid_t pid[3];
+	struct tj_job tj = {0};
+	struct job *j = run_job(&tj, 3, dying_rank, &how, 15000, 1u << 2);
 	int i;
 
-	atomic_store(&j->flag, how);
-	spawn(pid, 3, dying_rank, j);
-	fr_reap(pid, 3, 15000);
+	cr_expect(tj.report[0] == '\0', "%s", tj.report);
 	for (i = 0; i < 3; i++)
 		cr_expect_eq(j->out[i].rc, 0, "rank %d open: %s", i,
 			     j->out[i].msg);
@@ -352,6 +359,7 @@ static void check_dead_rank_named(int how)
 			  "rank %d: %s", i, j->out[i].msg2);
 		cr_expect_eq(j->out[i].bad, 0, "rank %d", i);
 	}
+	tj_job_free(&tj);
 }
 
 Test(bootstrap, rank_that_exits_is_named, .timeout = 30)
@@ -364,32 +372,38 @@ Test(bootstrap, rank_killed_is_named, .timeout = 30)
 	check_dead_rank_named(1);
 }
 
-static void watched_rank(int idx, struct job *j)
+/* Rank 0 checked while rank 1 was alive (or rank 1 failed to open). */
+#define FLAG_CHECKED 0
+
+static void watched_rank(struct tj_rank *rk)
 {
+	struct job *j = job_of(rk);
+	int idx = (int)rk->rank;
 	struct rank_out *o = &j->out[idx];
 	dpl_bootstrap *b = NULL;
 	uint32_t dead = 0;
 	int k;
 
-	o->rc = open_rank(j, (uint32_t)idx, 2, 5000, &b);
+	o->rc = open_rank(rk, (uint32_t)idx, 2, 5000, &b);
 	save(o->msg, o->rc);
 	if (o->rc != 0) {
-		atomic_store(&j->flag, 1);
+		tj_flag_set(rk, FLAG_CHECKED, 1);
 		return;
 	}
 	if (idx == 1) {
-		for (k = 0; k < 2000 && atomic_load(&j->flag) == 0; k++)
-			fr_sleep_ms(5);
+		for (k = 0; k < 2000 && tj_flag_get(rk, FLAG_CHECKED) == 0;
+		     k++)
+			tj_sleep_ms(5);
 		raise(SIGKILL);
 	}
 	o->rc2 = dpl_bootstrap_check(b, &dead); /* rank 1 is alive */
 	o->bad += dead != DPL_BOOTSTRAP_NO_RANK;
-	atomic_store(&j->flag, 1);
+	tj_flag_set(rk, FLAG_CHECKED, 1);
 	for (k = 0; k < 1000; k++) {
 		o->rc = dpl_bootstrap_check(b, &dead);
 		if (o->rc != 0)
 			break;
-		fr_sleep_ms(5);
+		tj_sleep_ms(5);
 	}
 	o->bad += o->rc == DPL_EPEER && dead != 1;
 	save(o->msg, o->rc);
@@ -398,28 +412,30 @@ static void watched_rank(int idx, struct job *j)
 
 Test(bootstrap, check_reports_dead_rank, .timeout = 30)
 {
-	struct job *j = job_new();
-	pid_t pid[2];
+	struct tj_job tj = {0};
+	struct job *j = run_job(&tj, 2, watched_rank, NULL, 15000, 1u << 1);
 
-	spawn(pid, 2, watched_rank, j);
-	fr_reap(pid, 2, 15000);
+	cr_expect(tj.report[0] == '\0', "%s", tj.report);
 	cr_expect_eq(j->out[0].rc2, 0, "check while alive");
 	cr_expect_eq(j->out[0].rc, DPL_EPEER, "%s", j->out[0].msg);
 	cr_expect(strstr(j->out[0].msg, "rank 1") != NULL, "%s",
 		  j->out[0].msg);
 	cr_expect_eq(j->out[0].bad, 0, "the dead rank as a value");
+	tj_job_free(&tj);
 }
 
 /* ---- bad collectives and bad joins -------------------------------- */
 
-static void mismatch_rank(int idx, struct job *j)
+static void mismatch_rank(struct tj_rank *rk)
 {
+	struct job *j = job_of(rk);
+	int idx = (int)rk->rank;
 	struct rank_out *o = &j->out[idx];
 	dpl_bootstrap *b = NULL;
 	static char mine[DPL_BOOTSTRAP_BLOB_MAX + 1];
 	static char all[3 * (DPL_BOOTSTRAP_BLOB_MAX + 1)];
 
-	o->rc = open_rank(j, (uint32_t)idx, 3, 5000, &b);
+	o->rc = open_rank(rk, (uint32_t)idx, 3, 5000, &b);
 	save(o->msg, o->rc);
 	if (o->rc != 0)
 		return;
@@ -431,12 +447,11 @@ static void mismatch_rank(int idx, struct job *j)
 
 Test(bootstrap, length_mismatch_fails_everyone, .timeout = 30)
 {
-	struct job *j = job_new();
-	pid_t pid[3];
+	struct tj_job tj = {0};
+	struct job *j = run_job(&tj, 3, mismatch_rank, NULL, 15000, 0);
 	int i;
 
-	spawn(pid, 3, mismatch_rank, j);
-	cr_assert_eq(fr_reap(pid, 3, 15000), 3);
+	cr_assert(tj.report[0] == '\0', "%s", tj.report);
 	for (i = 0; i < 3; i++) {
 		cr_expect_eq(j->out[i].rc, 0, "%s", j->out[i].msg);
 		cr_expect_eq(j->out[i].rc2, DPL_EINVAL, "rank %d: %s", i,
@@ -444,16 +459,19 @@ Test(bootstrap, length_mismatch_fails_everyone, .timeout = 30)
 		cr_expect(strstr(j->out[i].msg2, "rank 2 contributed 8 bytes")
 				  != NULL, "rank %d: %s", i, j->out[i].msg2);
 	}
+	tj_job_free(&tj);
 }
 
-static void oversize_rank(int idx, struct job *j)
+static void oversize_rank(struct tj_rank *rk)
 {
+	struct job *j = job_of(rk);
+	int idx = (int)rk->rank;
 	struct rank_out *o = &j->out[idx];
 	dpl_bootstrap *b = NULL;
 	static char mine[DPL_BOOTSTRAP_BLOB_MAX + 1];
 	static char all[2 * (DPL_BOOTSTRAP_BLOB_MAX + 1)];
 
-	o->rc = open_rank(j, (uint32_t)idx, 2, 5000, &b);
+	o->rc = open_rank(rk, (uint32_t)idx, 2, 5000, &b);
 	save(o->msg, o->rc);
 	if (o->rc != 0)
 		return;
@@ -466,28 +484,30 @@ static void oversize_rank(int idx, struct job *j)
 
 Test(bootstrap, oversize_blob_fails_everyone, .timeout = 30)
 {
-	struct job *j = job_new();
-	pid_t pid[2];
+	struct tj_job tj = {0};
+	struct job *j = run_job(&tj, 2, oversize_rank, NULL, 15000, 0);
 
-	spawn(pid, 2, oversize_rank, j);
-	cr_assert_eq(fr_reap(pid, 2, 15000), 2);
+	cr_assert(tj.report[0] == '\0', "%s", tj.report);
 	cr_expect_eq(j->out[1].rc2, DPL_EINVAL, "%s", j->out[1].msg2);
 	cr_expect(strstr(j->out[1].msg2, "4097 bytes") != NULL, "%s",
 		  j->out[1].msg2);
 	cr_expect_eq(j->out[0].rc2, DPL_EINVAL, "%s", j->out[0].msg2);
 	cr_expect(strstr(j->out[0].msg2, "rank 1 failed") != NULL, "%s",
 		  j->out[0].msg2);
+	tj_job_free(&tj);
 }
 
-static void twin_rank(int idx, struct job *j)
+static void twin_rank(struct tj_rank *rk)
 {
+	struct job *j = job_of(rk);
+	int idx = (int)rk->rank;
 	static const uint32_t rank[] = {0, 1, 1, 2};
 	static const int delay[] = {0, 20, 200, 400};
 	struct rank_out *o = &j->out[idx];
 	dpl_bootstrap *b = NULL;
 
-	fr_sleep_ms(delay[idx]);
-	o->rc = open_rank(j, rank[idx], 3, 5000, &b);
+	tj_sleep_ms(delay[idx]);
+	o->rc = open_rank(rk, rank[idx], 3, 5000, &b);
 	save(o->msg, o->rc);
 	if (o->rc == 0)
 		o->rc2 = dpl_bootstrap_barrier(b);
@@ -496,11 +516,10 @@ static void twin_rank(int idx, struct job *j)
 
 Test(bootstrap, rank_arriving_twice_is_busy, .timeout = 30)
 {
-	struct job *j = job_new();
-	pid_t pid[4];
+	struct tj_job tj = {0};
+	struct job *j = run_job(&tj, 4, twin_rank, NULL, 15000, 0);
 
-	spawn(pid, 4, twin_rank, j);
-	cr_assert_eq(fr_reap(pid, 4, 15000), 4);
+	cr_assert(tj.report[0] == '\0', "%s", tj.report);
 	cr_expect_eq(j->out[0].rc, 0, "%s", j->out[0].msg);
 	cr_expect_eq(j->out[1].rc, 0, "%s", j->out[1].msg);
 	cr_expect_eq(j->out[3].rc, 0, "%s", j->out[3].msg);
@@ -510,28 +529,30 @@ Test(bootstrap, rank_arriving_twice_is_busy, .timeout = 30)
 	cr_expect_eq(j->out[0].rc2, 0);
 	cr_expect_eq(j->out[1].rc2, 0);
 	cr_expect_eq(j->out[3].rc2, 0);
+	tj_job_free(&tj);
 }
 
-static void wrong_world_rank(int idx, struct job *j)
+static void wrong_world_rank(struct tj_rank *rk)
 {
+	struct job *j = job_of(rk);
+	int idx = (int)rk->rank;
 	struct rank_out *o = &j->out[idx];
 	dpl_bootstrap *b = NULL;
 
 	if (idx == 1)
-		fr_sleep_ms(50);
-	o->rc = open_rank(j, (uint32_t)idx, idx == 0 ? 2 : 3, 3000, &b);
+		tj_sleep_ms(50);
+	o->rc = open_rank(rk, (uint32_t)idx, idx == 0 ? 2 : 3, 3000, &b);
 	save(o->msg, o->rc);
 	dpl_bootstrap_close(b);
 }
 
 Test(bootstrap, world_size_disagreement_fails_both, .timeout = 20)
 {
-	struct job *j = job_new();
-	pid_t pid[2];
+	struct tj_job tj = {0};
+	struct job *j = run_job(&tj, 2, wrong_world_rank, NULL, 10000, 0);
 	int i;
 
-	spawn(pid, 2, wrong_world_rank, j);
-	cr_assert_eq(fr_reap(pid, 2, 10000), 2);
+	cr_assert(tj.report[0] == '\0', "%s", tj.report);
 	for (i = 0; i < 2; i++) {
 		cr_expect_eq(j->out[i].rc, DPL_EINVAL, "rank %d: %s", i,
 			     j->out[i].msg);
@@ -539,6 +560,7 @@ Test(bootstrap, world_size_disagreement_fails_both, .timeout = 20)
 				 "ranks, rank 0 says 2") != NULL,
 			  "rank %d: %s", i, j->out[i].msg);
 	}
+	tj_job_free(&tj);
 }
 
 Test(bootstrap, bad_parameters_are_named, .timeout = 10)
@@ -646,8 +668,10 @@ Test(bootstrap, malformed_environment_names_the_variable, .timeout = 10)
 	env_clear();
 }
 
-static void torchrun_rank(int idx, struct job *j)
+static void torchrun_rank(struct tj_rank *rk)
 {
+	struct job *j = job_of(rk);
+	int idx = (int)rk->rank;
 	struct rank_out *o = &j->out[idx];
 	dpl_bootstrap *b = NULL;
 	char port[16], rank[16];
@@ -655,7 +679,7 @@ static void torchrun_rank(int idx, struct job *j)
 
 	env_clear();
 	snprintf(rank, sizeof rank, "%d", idx);
-	snprintf(port, sizeof port, "%u", j->port - 1);
+	snprintf(port, sizeof port, "%u", root_port(tj_meet(rk)) - 1);
 	setenv("RANK", rank, 1);
 	setenv("WORLD_SIZE", "2", 1);
 	setenv("MASTER_ADDR", "127.0.0.1", 1);
@@ -673,20 +697,20 @@ static void torchrun_rank(int idx, struct job *j)
 Test(bootstrap, torchrun_environment_uses_master_port_plus_one,
      .timeout = 20)
 {
-	struct job *j = job_new();
-	pid_t pid[2];
+	struct tj_job tj = {0};
+	struct job *j = run_job(&tj, 2, torchrun_rank, NULL, 10000, 0);
 	char want[64];
 	int i;
 
-	spawn(pid, 2, torchrun_rank, j);
-	cr_assert_eq(fr_reap(pid, 2, 10000), 2);
-	snprintf(want, sizeof want, "127.0.0.1:%u", j->port);
+	cr_assert(tj.report[0] == '\0', "%s", tj.report);
+	snprintf(want, sizeof want, "127.0.0.1:%u", root_port(tj.meet_used));
 	for (i = 0; i < 2; i++) {
 		cr_expect_eq(j->out[i].rc, 0, "rank %d: %s", i, j->out[i].msg);
 		cr_expect_eq(j->out[i].rc2, 0);
 		cr_expect_eq(j->out[i].bad, 0);
 		cr_expect_str_eq(j->out[i].root, want);
 	}
+	tj_job_free(&tj);
 }
 
 Test(bootstrap, dpl_variables_win_over_torchrun, .timeout = 10)
@@ -716,29 +740,17 @@ Test(bootstrap, dpl_variables_win_over_torchrun, .timeout = 10)
 
 /* ---- descriptors --------------------------------------------------- */
 
-static int count_fds(void)
+static void churn_rank(struct tj_rank *rk)
 {
-	DIR *d = opendir("/proc/self/fd");
-	struct dirent *e;
-	int n = 0;
-
-	if (d == NULL)
-		return -1;
-	while ((e = readdir(d)) != NULL)
-		n += e->d_name[0] != '.';
-	closedir(d);
-	return n;
-}
-
-static void churn_rank(int idx, struct job *j)
-{
+	struct job *j = job_of(rk);
+	int idx = (int)rk->rank;
 	struct rank_out *o = &j->out[idx];
-	int before = count_fds(), k;
+	int before = tj_count_fds(), k;
 
 	for (k = 0; k < 30; k++) {
 		dpl_bootstrap *b = NULL;
 
-		o->rc = open_rank(j, (uint32_t)idx, 2, 5000, &b);
+		o->rc = open_rank(rk, (uint32_t)idx, 2, 5000, &b);
 		if (o->rc == 0)
 			o->rc = dpl_bootstrap_barrier(b);
 		save(o->msg, o->rc);
@@ -746,20 +758,20 @@ static void churn_rank(int idx, struct job *j)
 		if (o->rc != 0)
 			return;
 	}
-	o->bad = count_fds() - before;
+	o->bad = tj_count_fds() - before;
 }
 
 Test(bootstrap, open_close_churn_leaks_no_descriptor, .timeout = 60)
 {
-	struct job *j = job_new();
-	pid_t pid[2];
+	struct tj_job tj = {0};
+	struct job *j = run_job(&tj, 2, churn_rank, NULL, 50000, 0);
 	int i;
 
-	spawn(pid, 2, churn_rank, j);
-	cr_assert_eq(fr_reap(pid, 2, 50000), 2);
+	cr_assert(tj.report[0] == '\0', "%s", tj.report);
 	for (i = 0; i < 2; i++) {
 		cr_expect_eq(j->out[i].rc, 0, "rank %d: %s", i, j->out[i].msg);
 		cr_expect_eq(j->out[i].bad, 0, "rank %d: %d more descriptors",
 			     i, j->out[i].bad);
 	}
+	tj_job_free(&tj);
 }

@@ -3,9 +3,10 @@
  * over tcp;ofi_rxm and over shm: sizes across the protocol thresholds
  * (rxm inject 64 B, eager 16 KiB and SAR 128 KiB, shm inject 4 KiB, dpl's
  * 8-byte cookie and its inline limit) on the expected and unexpected
- * paths, both sent in one piece and by request to send, unaligned buffers, exact source and tag matching, ordering,
- * truncation in both directions with the endpoint usable afterwards,
- * cancel, back-pressure and bidirectional large sends.
+ * paths, both sent in one piece and by request to send, unaligned
+ * buffers, exact source and tag matching, ordering, truncation in both
+ * directions with the endpoint usable afterwards, cancel, back-pressure
+ * and bidirectional large sends.
  */
 #include <criterion/criterion.h>
 #include <stdlib.h>
@@ -17,11 +18,11 @@
 #define SYNC_TAG 1u
 #define GUARD 64
 
-static void run_job(const char *prov, uint32_t n, h_rank_fn fn,
-		    const void *arg, const char *opts)
+static void run_job(const char *prov, uint32_t n, tj_rank_fn fn,
+		    const char *opts)
 {
-	char buf[4000];
-	const char *msg = h_run(prov, n, fn, arg, opts, buf, sizeof buf);
+	char buf[5000];
+	const char *msg = ofi_run(prov, n, fn, NULL, opts, buf, sizeof buf);
 
 	cr_assert_null(msg, "%s: %s", prov, msg);
 }
@@ -33,10 +34,12 @@ static const size_t sizes[] = {
 #define NSIZES (sizeof sizes / sizeof sizes[0])
 
 /* Receive posted first: the message always finds its receive. */
-static int sizes_expected(struct h_rank *r)
+static void sizes_expected(struct tj_rank *r)
 {
 	uint8_t *buf = malloc(16 * MiB + GUARD), ready = 1;
-	size_t i, bad;
+	void *q = ofi_reqs(r, 1);
+	long long bad;
+	size_t i;
 	int rc;
 
 	CHECK(r, buf != NULL, "malloc");
@@ -45,34 +48,30 @@ static int sizes_expected(struct h_rank *r)
 		uint64_t tag = 100 + i;
 
 		if (r->rank == 1) {
-			void *q = h_req(r);
-
 			memset(buf, 0xee, len + GUARD);
-			rc = r->o->irecv(r->ctx, q, 0, tag, buf, len,
-					 DPL_MEM_HOST);
+			rc = r->ops->irecv(ofi_ctx(r), q, 0, tag, buf, len,
+					   DPL_MEM_HOST);
 			CHECK(r, rc == 0, "irecv %zu: %s", len, dpl_err_name(rc));
-			rc = h_send(r, 0, SYNC_TAG, &ready, 1);
+			rc = tj_send(r, 0, SYNC_TAG, &ready, 1, 0);
 			CHECK(r, rc == 0, "sync: %s", dpl_err_name(rc));
-			rc = h_wait(r, q, 20000);
+			rc = tj_wait(r, q, 20000, NULL);
 			CHECK(r, rc == 0, "receive of %zu bytes: %s", len,
 			      dpl_err_name(rc));
-			bad = h_check(buf, len, (uint32_t)i);
-			CHECK(r, bad == SIZE_MAX, "%zu bytes: byte %zu wrong", len,
+			bad = tj_verify(buf, len, (uint32_t)i);
+			CHECK(r, bad < 0, "%zu bytes: byte %lld wrong", len,
 			      bad);
 			CHECK(r, buf[len] == 0xee && buf[len + GUARD - 1] == 0xee,
 			      "%zu bytes: wrote past the buffer", len);
-			free(q);
 		} else {
-			rc = h_recv(r, 1, SYNC_TAG, &ready, 1);
+			rc = tj_recv(r, 1, SYNC_TAG, &ready, 1, 0);
 			CHECK(r, rc == 0, "sync: %s", dpl_err_name(rc));
-			h_fill(buf, len, (uint32_t)i);
-			rc = h_send(r, 1, tag, buf, len);
+			tj_fill(buf, len, (uint32_t)i);
+			rc = tj_send(r, 1, tag, buf, len, 0);
 			CHECK(r, rc == 0, "send of %zu bytes: %s", len,
 			      dpl_err_name(rc));
 		}
 	}
 	free(buf);
-	return 0;
 }
 
 /* Both ways of sending: by default tcp sends every size here in one piece
@@ -87,70 +86,66 @@ static const char *other_way(const char *prov)
 
 OFI_TEST(sizes_expected, 120)
 {
-	run_job(prov, 2, sizes_expected, NULL, NULL);
-	run_job(prov, 2, sizes_expected, NULL, other_way(prov));
+	run_job(prov, 2, sizes_expected, NULL);
+	run_job(prov, 2, sizes_expected, other_way(prov));
 }
 
 /* Every message sent before any receive is posted; receives then go in
  * reverse order of sizes. */
-static int sizes_unexpected(struct h_rank *r)
+static void sizes_unexpected(struct tj_rank *r)
 {
 	uint8_t *buf[NSIZES], note = 7;
-	void *q[NSIZES];
-	size_t i, bad;
+	void *q = ofi_reqs(r, NSIZES);
+	long long bad;
+	size_t i;
 	int rc;
 
 	for (i = 0; i < NSIZES; i++) {
 		buf[i] = malloc(sizes[i] + GUARD);
-		q[i] = h_req(r);
-		CHECK(r, buf[i] != NULL && q[i] != NULL, "malloc");
+		CHECK(r, buf[i] != NULL, "malloc");
 	}
 	if (r->rank == 0) {
 		for (i = 0; i < NSIZES; i++) {
-			h_fill(buf[i], sizes[i], (uint32_t)i + 1000);
-			while ((rc = r->o->isend(r->ctx, q[i], 1, 200 + i, buf[i],
-						 sizes[i], DPL_MEM_HOST)) ==
-			       DPL_EAGAIN)
-				r->o->progress(r->ctx);
+			tj_fill(buf[i], sizes[i], (uint32_t)i + 1000);
+			rc = tj_isend(r, tj_req(r, q, i), 1, 200 + i, buf[i],
+				      sizes[i]);
 			CHECK(r, rc == 0, "isend %zu: %s", sizes[i],
 			      dpl_err_name(rc));
 		}
-		rc = h_send(r, 1, SYNC_TAG, &note, 1);
+		rc = tj_send(r, 1, SYNC_TAG, &note, 1, 0);
 		CHECK(r, rc == 0, "note: %s", dpl_err_name(rc));
-		rc = h_wait_all(r, q, NSIZES, 30000);
+		rc = tj_wait_all(r, q, NSIZES, NULL, 30000, NULL);
 		CHECK(r, rc == 0, "sends: %s", dpl_err_name(rc));
 	} else {
-		rc = h_recv(r, 0, SYNC_TAG, &note, 1);
+		rc = tj_recv(r, 0, SYNC_TAG, &note, 1, 0);
 		CHECK(r, rc == 0, "note: %s", dpl_err_name(rc));
-		h_spin(r, 30);
+		tj_progress_for(r, 30);
 		for (i = NSIZES; i-- > 0;) {
 			memset(buf[i], 0xee, sizes[i] + GUARD);
-			rc = r->o->irecv(r->ctx, q[i], 0, 200 + i, buf[i],
-					 sizes[i], DPL_MEM_HOST);
+			rc = r->ops->irecv(ofi_ctx(r), tj_req(r, q, i), 0,
+					   200 + i, buf[i], sizes[i],
+					   DPL_MEM_HOST);
 			CHECK(r, rc == 0, "irecv %zu: %s", sizes[i],
 			      dpl_err_name(rc));
 		}
-		rc = h_wait_all(r, q, NSIZES, 30000);
+		rc = tj_wait_all(r, q, NSIZES, NULL, 30000, NULL);
 		CHECK(r, rc == 0, "receives: %s", dpl_err_name(rc));
 		for (i = 0; i < NSIZES; i++) {
-			bad = h_check(buf[i], sizes[i], (uint32_t)i + 1000);
-			CHECK(r, bad == SIZE_MAX, "%zu bytes: byte %zu wrong",
+			bad = tj_verify(buf[i], sizes[i], (uint32_t)i + 1000);
+			CHECK(r, bad < 0, "%zu bytes: byte %lld wrong",
 			      sizes[i], bad);
 			CHECK(r, buf[i][sizes[i]] == 0xee,
 			      "%zu bytes: wrote past the buffer", sizes[i]);
 		}
 	}
-	for (i = 0; i < NSIZES; i++) {
+	for (i = 0; i < NSIZES; i++)
 		free(buf[i]);
-		free(q[i]);
-	}
-	return 0;
 }
 
 OFI_TEST(sizes_unexpected, 120)
 {
-	run_job(prov, 2, sizes_unexpected, NULL, NULL);
-	run_job(prov, 2, sizes_unexpected, NULL, other_way(prov));
+	run_job(prov, 2, sizes_unexpected, NULL);
+	run_job(prov, 2, sizes_unexpected, other_way(prov));
 }
 
 /* Source and destination at every offset 0..7 from alignment. With the
@@ -159,18 +154,18 @@ OFI_TEST(sizes_unexpected, 120)
 static const size_t usizes[] = {1, 13, 4097, 16385, 70001};
 #define NUS (sizeof usizes / sizeof usizes[0])
 
-static int unaligned(struct h_rank *r)
+static void unaligned(struct tj_rank *r)
 {
 	uint8_t *base[8 * NUS];
-	void *q[8 * NUS];
+	void *q = ofi_reqs(r, 8 * NUS);
 	uint8_t ready = 1;
-	size_t i, k, bad, n = 8 * NUS;
+	size_t i, k, n = 8 * NUS;
+	long long bad;
 	int rc;
 
 	for (i = 0; i < n; i++) {
 		base[i] = malloc(usizes[i % NUS] + 16 + GUARD);
-		q[i] = h_req(r);
-		CHECK(r, base[i] != NULL && q[i] != NULL, "malloc");
+		CHECK(r, base[i] != NULL, "malloc");
 	}
 	for (i = 0; i < n; i++) {
 		size_t len = usizes[i % NUS], off = i / NUS;
@@ -178,40 +173,40 @@ static int unaligned(struct h_rank *r)
 
 		if (r->rank == 1) {
 			memset(base[i], 0xee, len + 16 + GUARD);
-			rc = r->o->irecv(r->ctx, q[i], 0, 300 + i,
-					 base[i] + doff, len, DPL_MEM_HOST);
+			rc = r->ops->irecv(ofi_ctx(r), tj_req(r, q, i), 0,
+					   300 + i, base[i] + doff, len,
+					   DPL_MEM_HOST);
 		} else {
-			h_fill(base[i] + off, len, (uint32_t)i);
+			tj_fill(base[i] + off, len, (uint32_t)i);
 			continue;
 		}
 		CHECK(r, rc == 0, "irecv: %s", dpl_err_name(rc));
 	}
 	if (r->rank == 1) {
-		rc = h_send(r, 0, SYNC_TAG, &ready, 1);
+		rc = tj_send(r, 0, SYNC_TAG, &ready, 1, 0);
 		CHECK(r, rc == 0, "sync: %s", dpl_err_name(rc));
 	} else {
-		rc = h_recv(r, 1, SYNC_TAG, &ready, 1);
+		rc = tj_recv(r, 1, SYNC_TAG, &ready, 1, 0);
 		CHECK(r, rc == 0, "sync: %s", dpl_err_name(rc));
 		for (i = 0; i < n; i++) {
 			size_t off = i / NUS;
 
-			while ((rc = r->o->isend(r->ctx, q[i], 1, 300 + i,
-						 base[i] + off, usizes[i % NUS],
-						 DPL_MEM_HOST)) == DPL_EAGAIN)
-				r->o->progress(r->ctx);
+			rc = tj_isend(r, tj_req(r, q, i), 1, 300 + i,
+				      base[i] + off, usizes[i % NUS]);
 			CHECK(r, rc == 0, "isend: %s", dpl_err_name(rc));
 		}
 	}
-	rc = h_wait_all(r, q, (uint32_t)n, 30000);
+	rc = tj_wait_all(r, q, n, NULL, 30000, NULL);
 	CHECK(r, rc == 0, "wait: %s", dpl_err_name(rc));
 	if (r->rank == 1)
 		for (i = 0; i < n; i++) {
 			size_t len = usizes[i % NUS], off = i / NUS;
 			size_t doff = (off * 3 + 1) % 8;
 
-			bad = h_check(base[i] + doff, len, (uint32_t)i);
-			CHECK(r, bad == SIZE_MAX,
-			      "%zu bytes at offset %zu (from %zu): byte %zu wrong",
+			bad = tj_verify(base[i] + doff, len, (uint32_t)i);
+			CHECK(r, bad < 0,
+			      "%zu bytes at offset %zu (from %zu): byte %lld "
+			      "wrong",
 			      len, doff, off, bad);
 			for (k = 0; k < doff; k++)
 				CHECK(r, base[i][k] == 0xee,
@@ -219,16 +214,13 @@ static int unaligned(struct h_rank *r)
 			CHECK(r, base[i][doff + len] == 0xee,
 			      "wrote past the buffer");
 		}
-	for (i = 0; i < n; i++) {
+	for (i = 0; i < n; i++)
 		free(base[i]);
-		free(q[i]);
-	}
-	return 0;
 }
 
 OFI_TEST(unaligned, 60)
 {
-	run_job(prov, 2, unaligned, NULL, "inline_max=65536");
+	run_job(prov, 2, unaligned, "inline_max=65536");
 }
 
 /* 1000 messages of mixed small sizes on one tag arrive in order; half of
@@ -239,80 +231,69 @@ static size_t ord_len(size_t i)
 	return 8 + (i * 37) % 200;
 }
 
-static int order_1000(struct h_rank *r)
+static void order_1000(struct tj_rank *r)
 {
 	uint8_t (*buf)[256] = malloc(NORD * sizeof *buf), ready = 1;
-	void **q = calloc(NORD, sizeof *q);
-	size_t i, bad;
+	void *q = ofi_reqs(r, NORD);
+	long long bad;
+	size_t i;
 	int rc;
 
-	CHECK(r, buf != NULL && q != NULL, "malloc");
-	for (i = 0; i < NORD; i++) {
-		q[i] = h_req(r);
-		CHECK(r, q[i] != NULL, "malloc");
-	}
+	CHECK(r, buf != NULL, "malloc");
 	if (r->rank == 1) {
 		for (i = 0; i < NORD / 2; i++) {
-			rc = r->o->irecv(r->ctx, q[i], 0, 5, buf[i], ord_len(i),
-					 DPL_MEM_HOST);
+			rc = r->ops->irecv(ofi_ctx(r), tj_req(r, q, i), 0, 5,
+					   buf[i], ord_len(i), DPL_MEM_HOST);
 			CHECK(r, rc == 0, "irecv %zu: %s", i, dpl_err_name(rc));
 		}
-		rc = h_send(r, 0, SYNC_TAG, &ready, 1);
+		rc = tj_send(r, 0, SYNC_TAG, &ready, 1, 0);
 		CHECK(r, rc == 0, "sync: %s", dpl_err_name(rc));
-		h_spin(r, 20);
+		tj_progress_for(r, 20);
 		for (; i < NORD; i++) {
-			while ((rc = r->o->irecv(r->ctx, q[i], 0, 5, buf[i],
-						 ord_len(i), DPL_MEM_HOST)) ==
-			       DPL_EAGAIN)
-				r->o->progress(r->ctx);
+			rc = tj_irecv(r, tj_req(r, q, i), 0, 5, buf[i],
+				      ord_len(i));
 			CHECK(r, rc == 0, "irecv %zu: %s", i, dpl_err_name(rc));
 		}
-		rc = h_wait_all(r, q, NORD, 30000);
+		rc = tj_wait_all(r, q, NORD, NULL, 30000, NULL);
 		CHECK(r, rc == 0, "receives: %s", dpl_err_name(rc));
 		for (i = 0; i < NORD; i++) {
-			bad = h_check(buf[i], ord_len(i), (uint32_t)i);
-			CHECK(r, bad == SIZE_MAX,
-			      "message %zu: byte %zu wrong (out of order?)", i,
+			bad = tj_verify(buf[i], ord_len(i), (uint32_t)i);
+			CHECK(r, bad < 0,
+			      "message %zu: byte %lld wrong (out of order?)", i,
 			      bad);
 		}
 	} else {
-		rc = h_recv(r, 1, SYNC_TAG, &ready, 1);
+		rc = tj_recv(r, 1, SYNC_TAG, &ready, 1, 0);
 		CHECK(r, rc == 0, "sync: %s", dpl_err_name(rc));
 		for (i = 0; i < NORD; i++) {
-			h_fill(buf[i], ord_len(i), (uint32_t)i);
-			while ((rc = r->o->isend(r->ctx, q[i], 1, 5, buf[i],
-						 ord_len(i), DPL_MEM_HOST)) ==
-			       DPL_EAGAIN)
-				r->o->progress(r->ctx);
+			tj_fill(buf[i], ord_len(i), (uint32_t)i);
+			rc = tj_isend(r, tj_req(r, q, i), 1, 5, buf[i],
+				      ord_len(i));
 			CHECK(r, rc == 0, "isend %zu: %s", i, dpl_err_name(rc));
 		}
-		rc = h_wait_all(r, q, NORD, 30000);
+		rc = tj_wait_all(r, q, NORD, NULL, 30000, NULL);
 		CHECK(r, rc == 0, "sends: %s", dpl_err_name(rc));
 	}
-	for (i = 0; i < NORD; i++)
-		free(q[i]);
-	free(q);
 	free(buf);
-	return 0;
 }
 
 OFI_TEST(order_1000, 60)
 {
-	run_job(prov, 2, order_1000, NULL, NULL);
+	run_job(prov, 2, order_1000, NULL);
 }
 
 /* A large message followed by a small one on the same tag: the small one
  * must not take the large one's receive, on both paths, for a large
  * message sent inline (1 MiB) and one sent by request to send (16 MiB). */
-static int large_then_small(struct h_rank *r)
+static void large_then_small(struct tj_rank *r)
 {
 	static const size_t big[2] = {MiB, 16 * MiB};
 	uint8_t *b = malloc(16 * MiB), s[8], note = 1;
-	void *q[2] = {h_req(r), h_req(r)};
-	size_t bad;
+	void *q = ofi_reqs(r, 2), *qb = tj_req(r, q, 0), *qs = tj_req(r, q, 1);
+	long long bad;
 	int rc, path, k;
 
-	CHECK(r, b != NULL && q[0] && q[1], "malloc");
+	CHECK(r, b != NULL, "malloc");
 	for (k = 0; k < 2; k++)
 		for (path = 0; path < 2; path++) {
 			uint64_t tag = 40 + (uint64_t)(k * 2 + path);
@@ -320,116 +301,112 @@ static int large_then_small(struct h_rank *r)
 
 			if (r->rank == 1) {
 				if (path == 1) {
-					rc = h_recv(r, 0, SYNC_TAG, &note, 1);
+					rc = tj_recv(r, 0, SYNC_TAG, &note, 1,
+						     0);
 					CHECK(r, rc == 0, "note");
-					h_spin(r, 20);
+					tj_progress_for(r, 20);
 				}
 				memset(b, 0, big[k]);
 				memset(s, 0, sizeof s);
-				rc = r->o->irecv(r->ctx, q[0], 0, tag, b, big[k],
-						 DPL_MEM_HOST);
-				CHECK(r, rc == 0, "irecv big: %s", dpl_err_name(rc));
-				rc = r->o->irecv(r->ctx, q[1], 0, tag, s, sizeof s,
-						 DPL_MEM_HOST);
+				rc = r->ops->irecv(ofi_ctx(r), qb, 0, tag, b,
+						   big[k], DPL_MEM_HOST);
+				CHECK(r, rc == 0, "irecv big: %s",
+				      dpl_err_name(rc));
+				rc = r->ops->irecv(ofi_ctx(r), qs, 0, tag, s,
+						   sizeof s, DPL_MEM_HOST);
 				CHECK(r, rc == 0, "irecv small: %s",
 				      dpl_err_name(rc));
 				if (path == 0) {
-					rc = h_send(r, 0, SYNC_TAG, &note, 1);
+					rc = tj_send(r, 0, SYNC_TAG, &note, 1,
+						     0);
 					CHECK(r, rc == 0, "sync");
 				}
-				rc = h_wait_all(r, q, 2, 30000);
+				rc = tj_wait_all(r, q, 2, NULL, 30000, NULL);
 				CHECK(r, rc == 0, "%zu then 8 bytes, %s path: %s",
 				      big[k], path ? "unexpected" : "expected",
 				      dpl_err_name(rc));
-				bad = h_check(b, big[k], seed);
-				CHECK(r, bad == SIZE_MAX, "large: byte %zu", bad);
-				bad = h_check(s, sizeof s, seed + 100);
-				CHECK(r, bad == SIZE_MAX, "small: byte %zu", bad);
+				bad = tj_verify(b, big[k], seed);
+				CHECK(r, bad < 0, "large: byte %lld", bad);
+				bad = tj_verify(s, sizeof s, seed + 100);
+				CHECK(r, bad < 0, "small: byte %lld", bad);
 			} else {
 				if (path == 0) {
-					rc = h_recv(r, 1, SYNC_TAG, &note, 1);
+					rc = tj_recv(r, 1, SYNC_TAG, &note, 1,
+						     0);
 					CHECK(r, rc == 0, "sync");
 				}
-				h_fill(b, big[k], seed);
-				h_fill(s, sizeof s, seed + 100);
-				rc = r->o->isend(r->ctx, q[0], 1, tag, b, big[k],
-						 DPL_MEM_HOST);
-				CHECK(r, rc == 0, "isend big: %s", dpl_err_name(rc));
-				rc = r->o->isend(r->ctx, q[1], 1, tag, s, sizeof s,
-						 DPL_MEM_HOST);
+				tj_fill(b, big[k], seed);
+				tj_fill(s, sizeof s, seed + 100);
+				rc = r->ops->isend(ofi_ctx(r), qb, 1, tag, b,
+						   big[k], DPL_MEM_HOST);
+				CHECK(r, rc == 0, "isend big: %s",
+				      dpl_err_name(rc));
+				rc = r->ops->isend(ofi_ctx(r), qs, 1, tag, s,
+						   sizeof s, DPL_MEM_HOST);
 				CHECK(r, rc == 0, "isend small: %s",
 				      dpl_err_name(rc));
 				if (path == 1) {
-					rc = h_send(r, 1, SYNC_TAG, &note, 1);
+					rc = tj_send(r, 1, SYNC_TAG, &note, 1,
+						     0);
 					CHECK(r, rc == 0, "note");
 				}
-				rc = h_wait_all(r, q, 2, 30000);
+				rc = tj_wait_all(r, q, 2, NULL, 30000, NULL);
 				CHECK(r, rc == 0, "sends: %s", dpl_err_name(rc));
 			}
 		}
 	free(b);
-	free(q[0]);
-	free(q[1]);
-	return 0;
 }
 
 OFI_TEST(large_then_small, 60)
 {
-	run_job(prov, 2, large_then_small, NULL, NULL);
+	run_job(prov, 2, large_then_small, NULL);
 }
 
 /* Interleaved tags and two senders: each receive gets exactly the
  * message of its source and tag. */
-static int exact_match(struct h_rank *r)
+static void exact_match(struct tj_rank *r)
 {
 	uint8_t m[4][32], note = 1;
-	void *q[4];
-	size_t bad;
+	void *q = ofi_reqs(r, 4);
 	int rc, i;
 
-	for (i = 0; i < 4; i++)
-		q[i] = h_req(r);
 	if (r->rank == 0) {
 		/* from 2 tag 9, from 1 tag 9, from 1 tag 8, from 2 tag 8 */
 		static const uint32_t src[4] = {2, 1, 1, 2};
 		static const uint64_t tag[4] = {9, 9, 8, 8};
 
 		for (i = 0; i < 4; i++) {
-			rc = r->o->irecv(r->ctx, q[i], src[i], tag[i], m[i], 32,
-					 DPL_MEM_HOST);
+			rc = r->ops->irecv(ofi_ctx(r), tj_req(r, q, i), src[i],
+					   tag[i], m[i], 32, DPL_MEM_HOST);
 			CHECK(r, rc == 0, "irecv: %s", dpl_err_name(rc));
 		}
-		rc = h_send(r, 1, SYNC_TAG, &note, 1);
+		rc = tj_send(r, 1, SYNC_TAG, &note, 1, 0);
 		CHECK(r, rc == 0, "sync 1");
-		rc = h_send(r, 2, SYNC_TAG, &note, 1);
+		rc = tj_send(r, 2, SYNC_TAG, &note, 1, 0);
 		CHECK(r, rc == 0, "sync 2");
-		rc = h_wait_all(r, q, 4, 20000);
+		rc = tj_wait_all(r, q, 4, NULL, 20000, NULL);
 		CHECK(r, rc == 0, "receives: %s", dpl_err_name(rc));
-		for (i = 0; i < 4; i++) {
-			bad = h_check(m[i], 32, src[i] * 100 + (uint32_t)tag[i]);
-			CHECK(r, bad == SIZE_MAX,
+		for (i = 0; i < 4; i++)
+			CHECK(r, tj_verify(m[i], 32,
+					   src[i] * 100 + (uint32_t)tag[i]) < 0,
 			      "receive from %u tag %llu got another message",
 			      src[i], (unsigned long long)tag[i]);
-		}
 	} else {
-		rc = h_recv(r, 0, SYNC_TAG, &note, 1);
+		rc = tj_recv(r, 0, SYNC_TAG, &note, 1, 0);
 		CHECK(r, rc == 0, "sync");
 		/* tag 8 first, then 9 */
-		h_fill(m[0], 32, r->rank * 100 + 8);
-		h_fill(m[1], 32, r->rank * 100 + 9);
-		rc = h_send(r, 0, 8, m[0], 32);
+		tj_fill(m[0], 32, r->rank * 100 + 8);
+		tj_fill(m[1], 32, r->rank * 100 + 9);
+		rc = tj_send(r, 0, 8, m[0], 32, 0);
 		CHECK(r, rc == 0, "send 8: %s", dpl_err_name(rc));
-		rc = h_send(r, 0, 9, m[1], 32);
+		rc = tj_send(r, 0, 9, m[1], 32, 0);
 		CHECK(r, rc == 0, "send 9: %s", dpl_err_name(rc));
 	}
-	for (i = 0; i < 4; i++)
-		free(q[i]);
-	return 0;
 }
 
 OFI_TEST(exact_source_and_tag, 60)
 {
-	run_job(prov, 3, exact_match, NULL, NULL);
+	run_job(prov, 3, exact_match, NULL);
 }
 
 /* Length mismatches: the receive completes with DPL_ETRUNC, never writes
@@ -450,14 +427,15 @@ static const struct trunc_case tcases[] = {
 
 static bool relax; /* set in the rank process: senders may say 0 */
 
-static int truncation(struct h_rank *r)
+static void truncation(struct tj_rank *r)
 {
 	uint8_t *b = malloc(8 * MiB + GUARD), after[32], note = 1;
-	void *q = h_req(r), *q2 = h_req(r);
-	size_t i, k, bad;
+	void *q = ofi_reqs(r, 1);
+	size_t i, k;
+	long long bad;
 	int rc, path;
 
-	CHECK(r, b != NULL && q && q2, "malloc");
+	CHECK(r, b != NULL, "malloc");
 	for (path = 0; path < 2; path++)
 		for (i = 0; i < NTC; i++) {
 			const struct trunc_case *t = &tcases[i];
@@ -465,19 +443,21 @@ static int truncation(struct h_rank *r)
 
 			if (r->rank == 1) {
 				if (path == 1) {
-					rc = h_recv(r, 0, SYNC_TAG, &note, 1);
+					rc = tj_recv(r, 0, SYNC_TAG, &note, 1,
+						     0);
 					CHECK(r, rc == 0, "note");
-					h_spin(r, 20);
+					tj_progress_for(r, 20);
 				}
 				memset(b, 0xee, t->recv + GUARD);
-				rc = r->o->irecv(r->ctx, q, 0, tag, b, t->recv,
-						 DPL_MEM_HOST);
+				rc = r->ops->irecv(ofi_ctx(r), q, 0, tag, b,
+						   t->recv, DPL_MEM_HOST);
 				CHECK(r, rc == 0, "irecv: %s", dpl_err_name(rc));
 				if (path == 0) {
-					rc = h_send(r, 0, SYNC_TAG, &note, 1);
+					rc = tj_send(r, 0, SYNC_TAG, &note, 1,
+						     0);
 					CHECK(r, rc == 0, "sync");
 				}
-				rc = h_wait(r, q, 20000);
+				rc = tj_wait(r, q, 20000, NULL);
 				CHECK(r, rc == DPL_ETRUNC,
 				      "%zu bytes into %zu (%s): %s", t->send,
 				      t->recv, path ? "unexpected" : "expected",
@@ -487,57 +467,57 @@ static int truncation(struct h_rank *r)
 					      "%zu into %zu: guard byte %zu "
 					      "overwritten", t->send, t->recv, k);
 				/* The endpoint still works on that tag. */
-				rc = h_recv(r, 0, tag, after, sizeof after);
+				rc = tj_recv(r, 0, tag, after, sizeof after, 0);
 				CHECK(r, rc == 0, "after truncation: %s",
 				      dpl_err_name(rc));
-				bad = h_check(after, sizeof after, (uint32_t)tag);
-				CHECK(r, bad == SIZE_MAX, "after truncation: "
-				      "byte %zu", bad);
+				bad = tj_verify(after, sizeof after,
+						(uint32_t)tag);
+				CHECK(r, bad < 0, "after truncation: "
+				      "byte %lld", bad);
 			} else {
 				if (path == 0) {
-					rc = h_recv(r, 1, SYNC_TAG, &note, 1);
+					rc = tj_recv(r, 1, SYNC_TAG, &note, 1,
+						     0);
 					CHECK(r, rc == 0, "sync");
 				}
-				h_fill(b, t->send, 1);
-				rc = r->o->isend(r->ctx, q, 1, tag, b, t->send,
-						 DPL_MEM_HOST);
+				tj_fill(b, t->send, 1);
+				rc = r->ops->isend(ofi_ctx(r), q, 1, tag, b,
+						   t->send, DPL_MEM_HOST);
 				CHECK(r, rc == 0, "isend: %s", dpl_err_name(rc));
 				if (path == 1) {
-					rc = h_send(r, 1, SYNC_TAG, &note, 1);
+					rc = tj_send(r, 1, SYNC_TAG, &note, 1,
+						     0);
 					CHECK(r, rc == 0, "note");
 				}
-				rc = h_wait(r, q, 20000);
+				rc = tj_wait(r, q, 20000, NULL);
 				CHECK(r, t->must && !relax
 						 ? rc == DPL_ETRUNC
 						 : (rc == 0 || rc == DPL_ETRUNC),
 				      "sender of %zu into %zu: %s", t->send,
 				      t->recv, dpl_err_name(rc));
-				h_fill(after, sizeof after, (uint32_t)tag);
-				rc = h_send(r, 1, tag, after, sizeof after);
+				tj_fill(after, sizeof after, (uint32_t)tag);
+				rc = tj_send(r, 1, tag, after, sizeof after, 0);
 				CHECK(r, rc == 0, "send after truncation: %s",
 				      dpl_err_name(rc));
 			}
 		}
 	free(b);
-	free(q);
-	free(q2);
-	return 0;
 }
 
 /* The same cases with everything sent in one piece: the sender's result
  * may be 0 or DPL_ETRUNC, the receiver's is DPL_ETRUNC. */
-static int truncation_inline(struct h_rank *r)
+static void truncation_inline(struct tj_rank *r)
 {
 	relax = true;
-	return truncation(r);
+	truncation(r);
 }
 
 OFI_TEST(truncation_both_ways, 120)
 {
 	/* 4 MiB inline limit: the cases marked `must` ask first. */
-	run_job(prov, 2, truncation, NULL, "inline_max=4194304");
+	run_job(prov, 2, truncation, "inline_max=4194304");
 	/* Everything in one piece: the overflow goes to the sink. */
-	run_job(prov, 2, truncation_inline, NULL, "inline_max=67108864");
+	run_job(prov, 2, truncation_inline, "inline_max=67108864");
 }
 
 /* A posted receive is cancelled: DPL_ECANCELED, buffer untouched, and a
@@ -545,57 +525,57 @@ OFI_TEST(truncation_both_ways, 120)
  * completed request is DPL_EINVAL. A cancelled send completes, or ends
  * DPL_ECANCELED when its request to send still waited at the receiver
  * (then it is sent again: the receiver gets it once). */
-static int cancel(struct h_rank *r)
+static void cancel(struct tj_rank *r)
 {
 	uint8_t b[4096], note = 1;
-	void *q = h_req(r);
-	size_t bad;
+	void *q = ofi_reqs(r, 1);
+	long long bad;
 	int rc;
 
 	if (r->rank == 1) {
-		h_fill(b, sizeof b, 77);
-		rc = r->o->irecv(r->ctx, q, 0, 11, b, sizeof b, DPL_MEM_HOST);
+		tj_fill(b, sizeof b, 77);
+		rc = r->ops->irecv(ofi_ctx(r), q, 0, 11, b, sizeof b,
+				   DPL_MEM_HOST);
 		CHECK(r, rc == 0, "irecv: %s", dpl_err_name(rc));
-		rc = r->o->cancel(r->ctx, q);
+		rc = r->ops->cancel(ofi_ctx(r), q);
 		CHECK(r, rc == 0, "cancel: %s", dpl_err_name(rc));
-		rc = h_wait(r, q, 10000);
+		rc = tj_wait(r, q, 10000, NULL);
 		CHECK(r, rc == DPL_ECANCELED, "cancelled receive: %s",
 		      dpl_err_name(rc));
-		bad = h_check(b, sizeof b, 77);
-		CHECK(r, bad == SIZE_MAX, "buffer touched at %zu", bad);
-		rc = r->o->cancel(r->ctx, q);
+		bad = tj_verify(b, sizeof b, 77);
+		CHECK(r, bad < 0, "buffer touched at %lld", bad);
+		rc = r->ops->cancel(ofi_ctx(r), q);
 		CHECK(r, rc == DPL_EINVAL, "cancel of a completed request: %s",
 		      dpl_err_name(rc));
-		rc = h_send(r, 0, SYNC_TAG, &note, 1);
+		rc = tj_send(r, 0, SYNC_TAG, &note, 1, 0);
 		CHECK(r, rc == 0, "sync");
-		rc = h_recv(r, 0, 11, b, sizeof b);
+		rc = tj_recv(r, 0, 11, b, sizeof b, 0);
 		CHECK(r, rc == 0, "receive after cancel: %s", dpl_err_name(rc));
-		bad = h_check(b, sizeof b, 5);
-		CHECK(r, bad == SIZE_MAX, "byte %zu", bad);
+		bad = tj_verify(b, sizeof b, 5);
+		CHECK(r, bad < 0, "byte %lld", bad);
 	} else {
-		rc = h_recv(r, 1, SYNC_TAG, &note, 1);
+		rc = tj_recv(r, 1, SYNC_TAG, &note, 1, 0);
 		CHECK(r, rc == 0, "sync");
-		h_fill(b, sizeof b, 5);
-		rc = r->o->isend(r->ctx, q, 1, 11, b, sizeof b, DPL_MEM_HOST);
+		tj_fill(b, sizeof b, 5);
+		rc = r->ops->isend(ofi_ctx(r), q, 1, 11, b, sizeof b,
+				   DPL_MEM_HOST);
 		CHECK(r, rc == 0, "isend: %s", dpl_err_name(rc));
-		rc = r->o->cancel(r->ctx, q);
+		rc = r->ops->cancel(ofi_ctx(r), q);
 		CHECK(r, rc == 0 || rc == DPL_EINVAL, "cancel send: %s",
 		      dpl_err_name(rc));
-		rc = h_wait(r, q, 10000);
+		rc = tj_wait(r, q, 10000, NULL);
 		CHECK(r, rc == 0 || rc == DPL_ECANCELED,
 		      "send after cancel: %s", dpl_err_name(rc));
 		if (rc == DPL_ECANCELED) {
-			rc = h_send(r, 1, 11, b, sizeof b);
+			rc = tj_send(r, 1, 11, b, sizeof b, 0);
 			CHECK(r, rc == 0, "send again: %s", dpl_err_name(rc));
 		}
 	}
-	free(q);
-	return 0;
 }
 
 OFI_TEST(cancel_posted_receive, 60)
 {
-	run_job(prov, 2, cancel, NULL, NULL);
+	run_job(prov, 2, cancel, NULL);
 }
 
 /* Back-pressure: 10000 sends of 4 KiB posted while the receiver does
@@ -604,19 +584,15 @@ OFI_TEST(cancel_posted_receive, 60)
 #define NBP 10000
 #define BPLEN 4096
 
-static int backpressure(struct h_rank *r)
+static void backpressure(struct tj_rank *r)
 {
 	uint8_t *b = malloc((size_t)NBP * BPLEN);
-	void **q = calloc(NBP, sizeof *q);
+	void *q = ofi_reqs(r, NBP);
 	size_t i, bad;
 	long eagain = 0;
 	int rc;
 
-	CHECK(r, b != NULL && q != NULL, "malloc");
-	for (i = 0; i < NBP; i++) {
-		q[i] = h_req(r);
-		CHECK(r, q[i] != NULL, "malloc");
-	}
+	CHECK(r, b != NULL, "malloc");
 	if (r->rank == 0) {
 		for (i = 0; i < NBP; i++) {
 			uint32_t seq = (uint32_t)i;
@@ -624,30 +600,31 @@ static int backpressure(struct h_rank *r)
 			memset(b + i * BPLEN, (int)(i & 0xff), BPLEN);
 			memcpy(b + i * BPLEN, &seq, sizeof seq);
 			/* No progress of our own until the first refusal. */
-			while ((rc = r->o->isend(r->ctx, q[i], 1, 21,
-						 b + i * BPLEN, BPLEN,
-						 DPL_MEM_HOST)) == DPL_EAGAIN) {
+			while ((rc = r->ops->isend(ofi_ctx(r), tj_req(r, q, i),
+						   1, 21, b + i * BPLEN, BPLEN,
+						   DPL_MEM_HOST)) ==
+			       DPL_EAGAIN) {
 				if (eagain++ == 0)
-					atomic_store(&r->sh->flag[0], 1);
-				r->o->progress(r->ctx);
+					tj_flag_set(r, 0, 1);
+				tj_progress(r);
 			}
 			CHECK(r, rc == 0, "isend %zu: %s", i, dpl_err_name(rc));
 		}
-		atomic_store(&r->sh->flag[0], 1);
-		rc = h_wait_all(r, q, NBP, 60000);
+		tj_flag_set(r, 0, 1);
+		rc = tj_wait_all(r, q, NBP, NULL, 60000, NULL);
 		CHECK(r, rc == 0, "sends: %s", dpl_err_name(rc));
-		snprintf(r->sh->note[0], H_MSG, "%ld", eagain);
+		tj_note(r, "%ld DPL_EAGAIN", eagain);
 		CHECK(r, eagain > 0,
 		      "10000 sends to a receiver that does not progress never "
 		      "returned DPL_EAGAIN");
 	} else {
 		/* Sleep (no progress) until the sender is refused. */
-		CHECK(r, h_wait_flag(r->sh, 0, 1, 30000),
+		CHECK(r, ofi_flag_wait_quiet(r, 0, 1, 30000),
 		      "sender never refused nor finished");
 		for (i = 0; i < NBP; i++) {
 			uint32_t seq;
 
-			rc = h_recv(r, 0, 21, b, BPLEN);
+			rc = tj_recv(r, 0, 21, b, BPLEN, 0);
 			CHECK(r, rc == 0, "receive %zu: %s", i,
 			      dpl_err_name(rc));
 			memcpy(&seq, b, sizeof seq);
@@ -657,108 +634,96 @@ static int backpressure(struct h_rank *r)
 				      "message %zu byte %zu", i, bad);
 		}
 	}
-	for (i = 0; i < NBP; i++)
-		free(q[i]);
-	free(q);
 	free(b);
-	return 0;
 }
 
 OFI_TEST(backpressure_then_drain, 120)
 {
-	run_job(prov, 2, backpressure, NULL, NULL);
+	run_job(prov, 2, backpressure, NULL);
 }
 
 /* Both ranks post 4 x 16 MiB sends before their receives. */
-static int bidir(struct h_rank *r)
+static void bidir(struct tj_rank *r)
 {
 	uint8_t *s[4], *d[4];
-	void *q[8];
+	void *q = ofi_reqs(r, 8);
 	uint32_t peer = 1 - r->rank;
-	size_t bad;
+	long long bad;
 	int rc, i;
 
 	for (i = 0; i < 4; i++) {
 		s[i] = malloc(16 * MiB);
 		d[i] = malloc(16 * MiB);
-		q[i] = h_req(r);
-		q[i + 4] = h_req(r);
-		CHECK(r, s[i] && d[i] && q[i] && q[i + 4], "malloc");
-		h_fill(s[i], 16 * MiB, r->rank * 10 + (uint32_t)i);
+		CHECK(r, s[i] && d[i], "malloc");
+		tj_fill(s[i], 16 * MiB, r->rank * 10 + (uint32_t)i);
 	}
 	for (i = 0; i < 4; i++) {
-		rc = r->o->isend(r->ctx, q[i], peer, 60 + (uint64_t)i, s[i],
-				 16 * MiB, DPL_MEM_HOST);
+		rc = r->ops->isend(ofi_ctx(r), tj_req(r, q, i), peer,
+				   60 + (uint64_t)i, s[i], 16 * MiB,
+				   DPL_MEM_HOST);
 		CHECK(r, rc == 0, "isend %d: %s", i, dpl_err_name(rc));
 	}
 	for (i = 0; i < 4; i++) {
-		rc = r->o->irecv(r->ctx, q[i + 4], peer, 60 + (uint64_t)i, d[i],
-				 16 * MiB, DPL_MEM_HOST);
+		rc = r->ops->irecv(ofi_ctx(r), tj_req(r, q, 4 + i), peer,
+				   60 + (uint64_t)i, d[i], 16 * MiB,
+				   DPL_MEM_HOST);
 		CHECK(r, rc == 0, "irecv %d: %s", i, dpl_err_name(rc));
 	}
-	rc = h_wait_all(r, q, 8, 60000);
+	rc = tj_wait_all(r, q, 8, NULL, 60000, NULL);
 	CHECK(r, rc == 0, "wait: %s", dpl_err_name(rc));
 	for (i = 0; i < 4; i++) {
-		bad = h_check(d[i], 16 * MiB, peer * 10 + (uint32_t)i);
-		CHECK(r, bad == SIZE_MAX, "message %d byte %zu", i, bad);
+		bad = tj_verify(d[i], 16 * MiB, peer * 10 + (uint32_t)i);
+		CHECK(r, bad < 0, "message %d byte %lld", i, bad);
 	}
 	for (i = 0; i < 4; i++) {
 		free(s[i]);
 		free(d[i]);
-		free(q[i]);
-		free(q[i + 4]);
 	}
-	return 0;
 }
 
 OFI_TEST(bidirectional_4x16MiB, 120)
 {
-	run_job(prov, 2, bidir, NULL, NULL);
+	run_job(prov, 2, bidir, NULL);
 }
 
 /* With the inline limit at 4 KiB, 64 messages of 64 KiB in each direction
  * all take the request-to-send path at once, many more than the control
  * receives dpl keeps posted; half share one tag, half have their own. */
 #define NRTS 64
-static int many_rts(struct h_rank *r)
+static void many_rts(struct tj_rank *r)
 {
 	uint8_t *s = malloc(NRTS * 65536), *d = malloc(NRTS * 65536);
-	void *q[2 * NRTS];
+	void *q = ofi_reqs(r, 2 * NRTS);
 	uint32_t peer = 1 - r->rank;
-	size_t bad;
+	long long bad;
 	int rc, i;
 
 	CHECK(r, s != NULL && d != NULL, "malloc");
-	for (i = 0; i < 2 * NRTS; i++) {
-		q[i] = h_req(r);
-		CHECK(r, q[i] != NULL, "malloc");
-	}
 	for (i = 0; i < NRTS; i++) {
 		uint64_t tag = i % 2 ? 70 : 100 + (uint64_t)i;
 
-		h_fill(s + (size_t)i * 65536, 65536, r->rank * 1000 + (uint32_t)i);
-		rc = r->o->isend(r->ctx, q[i], peer, tag, s + (size_t)i * 65536,
-				 65536, DPL_MEM_HOST);
+		tj_fill(s + (size_t)i * 65536, 65536,
+			r->rank * 1000 + (uint32_t)i);
+		rc = r->ops->isend(ofi_ctx(r), tj_req(r, q, i), peer, tag,
+				   s + (size_t)i * 65536, 65536, DPL_MEM_HOST);
 		CHECK(r, rc == 0, "isend %d: %s", i, dpl_err_name(rc));
-		rc = r->o->irecv(r->ctx, q[NRTS + i], peer, tag,
-				 d + (size_t)i * 65536, 65536, DPL_MEM_HOST);
+		rc = r->ops->irecv(ofi_ctx(r), tj_req(r, q, NRTS + i), peer,
+				   tag, d + (size_t)i * 65536, 65536,
+				   DPL_MEM_HOST);
 		CHECK(r, rc == 0, "irecv %d: %s", i, dpl_err_name(rc));
 	}
-	rc = h_wait_all(r, q, 2 * NRTS, 60000);
+	rc = tj_wait_all(r, q, 2 * NRTS, NULL, 60000, NULL);
 	CHECK(r, rc == 0, "wait: %s", dpl_err_name(rc));
 	for (i = 0; i < NRTS; i++) {
-		bad = h_check(d + (size_t)i * 65536, 65536,
-			      peer * 1000 + (uint32_t)i);
-		CHECK(r, bad == SIZE_MAX, "message %d byte %zu", i, bad);
+		bad = tj_verify(d + (size_t)i * 65536, 65536,
+				peer * 1000 + (uint32_t)i);
+		CHECK(r, bad < 0, "message %d byte %lld", i, bad);
 	}
-	for (i = 0; i < 2 * NRTS; i++)
-		free(q[i]);
 	free(s);
 	free(d);
-	return 0;
 }
 
 OFI_TEST(many_requests_to_send, 60)
 {
-	run_job(prov, 2, many_rts, NULL, "inline_max=4096");
+	run_job(prov, 2, many_rts, "inline_max=4096");
 }

@@ -65,61 +65,57 @@ static void teardown(void)
 	sh("ip netns del %s >/dev/null 2>&1", ns[1]);
 }
 
-static int two_hosts(struct h_rank *r)
+static void two_hosts(struct tj_rank *r)
 {
 	static const size_t sz[] = {0, 8, 4096, 65536, MiB, 6 * MiB};
 	const char *me = host[r->rank];
+	const char *local = dpl__ofi_local_address(ofi_ctx(r));
 	uint8_t *b = malloc(6 * MiB);
-	size_t i, bad;
+	long long bad;
+	size_t i;
 	int rc;
 
 	CHECK(r, b != NULL, "malloc");
-	CHECK(r, strcmp(dpl__ofi_provider(r->ctx), "tcp;ofi_rxm") == 0,
+	CHECK(r, strcmp(dpl__ofi_provider(ofi_ctx(r)), "tcp;ofi_rxm") == 0,
 	      "provider '%s' for ranks on two hosts",
-	      dpl__ofi_provider(r->ctx));
-	CHECK(r, strncmp(dpl__ofi_local_address(r->ctx), me, strlen(me)) == 0 &&
-			 dpl__ofi_local_address(r->ctx)[strlen(me)] == ':',
-	      "local address '%s', expected %s:PORT",
-	      dpl__ofi_local_address(r->ctx), me);
+	      dpl__ofi_provider(ofi_ctx(r)));
+	CHECK(r, strncmp(local, me, strlen(me)) == 0 &&
+			 local[strlen(me)] == ':',
+	      "local address '%s', expected %s:PORT", local, me);
 	for (i = 0; i < sizeof sz / sizeof sz[0]; i++) {
 		if (r->rank == 0) {
-			h_fill(b, sz[i], (uint32_t)i);
-			rc = h_send(r, 1, 10 + i, b, sz[i]);
+			tj_fill(b, sz[i], (uint32_t)i);
+			rc = tj_send(r, 1, 10 + i, b, sz[i], 0);
 		} else {
-			rc = h_recv(r, 0, 10 + i, b, sz[i]);
-			bad = h_check(b, sz[i], (uint32_t)i);
-			CHECK(r, bad == SIZE_MAX, "%zu bytes: byte %zu", sz[i],
-			      bad);
+			rc = tj_recv(r, 0, 10 + i, b, sz[i], 0);
+			bad = tj_verify(b, sz[i], (uint32_t)i);
+			CHECK(r, bad < 0, "%zu bytes: byte %lld", sz[i], bad);
 		}
 		CHECK(r, rc == 0, "%zu bytes: %s", sz[i], dpl_err_name(rc));
 	}
 	/* Rank 1 leaves; rank 0's pending receive from it fails. */
 	if (r->rank == 0) {
-		rc = h_recv(r, 1, 99, b, 8);
+		rc = tj_recv(r, 1, 99, b, 8, 0);
 		CHECK(r, rc == DPL_EPEER, "receive from a rank that left: %s",
 		      dpl_err_name(rc));
 	}
 	free(b);
-	return 0;
 }
 
 Test(ofi_netns, two_hosts_over_veth, .init = setup, .fini = teardown,
      .timeout = 60)
 {
-	struct h_job j;
-	char buf[3000];
+	struct ofi_job j;
 
 	if (!have_ns)
 		cr_skip_test("cannot create network namespaces and a veth pair "
 			     "(needs root and iproute2)");
-	memset(&j, 0, sizeof j);
-	j.n = 2;
-	j.fn = two_hosts;
+	ofi_job_init(&j, NULL, 2, two_hosts);
 	j.netns[0] = ns[0];
 	j.netns[1] = ns[1];
 	j.root_host = host[0];
-	cr_assert_eq(h_job_run(&j), 0, "%s", h_job_report(&j, buf, sizeof buf));
-	h_job_free(&j);
+	cr_assert_eq(ofi_job_run(&j), 0, "%s", j.tj.report);
+	tj_job_free(&j.tj);
 }
 
 /* Always runs: the option parser and error mapping need no fabric. */

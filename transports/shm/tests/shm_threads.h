@@ -6,8 +6,8 @@
 
 /*
  * Run the bootstrap with four threads, then two shm contexts on two
- * threads (cross-memory attach, then streaming). Returns 0, or nonzero
- * with the first failure described in msg.
+ * threads (cross-memory attach, then streaming), as jobs of test_job.
+ * Returns 0, or nonzero with the job's report in msg.
  */
 int dpl_test_shm_threads(char *msg, size_t size);
 

@@ -9,7 +9,7 @@
 
 int main(void)
 {
-	char msg[256];
+	char msg[4096];
 
 	if (dpl_test_shm_threads(msg, sizeof msg) != 0) {
 		fprintf(stderr, "shm_threads_check: %s\n", msg);

@@ -9,16 +9,12 @@
  * naming it; a rank that calls fini is a failed peer whose posts say it
  * left; wait sleeps on the doorbell futex instead of spinning.
  */
-#define _GNU_SOURCE
 #include <signal.h>
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
-#include <sys/wait.h>
 
 #include <criterion/criterion.h>
 
-#include "forked_ranks.h"
 #include "shm_test.h"
 
 /* ---- cancel ----------------------------------------------------------- */
@@ -30,94 +26,100 @@
  * sends "second" on tag 9 and "late" on tag 5, and rank 1 receives
  * exactly those: the cancelled send never arrives.
  */
-static void cancel_rank(int rank)
+static void cancel_rank(struct tj_rank *rk)
 {
-	dpl_transport *t = open_t(rank, 2, J->opts);
-	void *r = reqs_new(4);
+	dpl_transport *t = rk->t;
+	void *r = tj_reqs(rk, 4);
 	char buf[3][16];
 	size_t big = 2 * MiB;
-	unsigned char *lb = xmalloc(big);
+	unsigned char *lb = tj_alloc(rk, big);
 	int st;
 
-	if (t == NULL)
-		return;
 	memset(buf, 'x', sizeof buf);
-	if (rank == 1) {
-		dpl_transport_irecv(t, REQ(r, 0), 0, 5, buf[0], 16,
+	if (rk->rank == 1) {
+		dpl_transport_irecv(t, tj_req(rk, r, 0), 0, 5, buf[0], 16,
 				    DPL_MEM_HOST);
 		dpl_transport_progress(t);
-		if (dpl_transport_cancel(t, REQ(r, 0)) != 0)
-			bad("cancel of a posted receive failed");
-		st = wait_one(t, REQ(r, 0), 1000);
-		J->out[1].st[0] = st;
-		if (st != DPL_ECANCELED)
-			bad("cancelled receive: %d", st);
-		if (dpl_transport_cancel(t, REQ(r, 0)) != DPL_EINVAL)
-			bad("cancel of a completed request is not EINVAL");
-		atomic_store(&J->flag[0], 1);
-		await_flag_progress(t, 1, 1, 5000);
-		dpl_transport_irecv(t, REQ(r, 1), 0, 9, buf[1], 16,
+		TJ_CHECK(rk, dpl_transport_cancel(t, tj_req(rk, r, 0)) == 0,
+			 "cancel of a posted receive failed");
+		st = tj_wait(rk, tj_req(rk, r, 0), 1000, NULL);
+		rk->val[0] = st;
+		TJ_CHECK(rk, st == DPL_ECANCELED, "cancelled receive: %d", st);
+		TJ_CHECK(rk,
+			 dpl_transport_cancel(t, tj_req(rk, r, 0)) ==
+				 DPL_EINVAL,
+			 "cancel of a completed request is not EINVAL");
+		tj_flag_set(rk, 0, 1);
+		tj_flag_wait(rk, 1, 1, 0);
+		dpl_transport_irecv(t, tj_req(rk, r, 1), 0, 9, buf[1], 16,
 				    DPL_MEM_HOST);
-		dpl_transport_irecv(t, REQ(r, 2), 0, 5, buf[2], 16,
+		dpl_transport_irecv(t, tj_req(rk, r, 2), 0, 5, buf[2], 16,
 				    DPL_MEM_HOST);
-		if (wait_one(t, REQ(r, 1), 5000) != 0 ||
-		    wait_one(t, REQ(r, 2), 5000) != 0)
-			bad("receives after the cancels failed");
-		if (memcmp(buf[1], "second---------", 16) != 0)
-			bad("tag 9 got '%.16s', not the second send", buf[1]);
-		if (memcmp(buf[2], "late-----------", 16) != 0)
-			bad("tag 5 got '%.16s'", buf[2]);
-		if (memcmp(buf[0], "xxxxxxxxxxxxxxxx", 16) != 0)
-			bad("the cancelled receive's buffer was written");
+		TJ_CHECK(rk,
+			 tj_wait(rk, tj_req(rk, r, 1), 5000, NULL) == 0 &&
+				 tj_wait(rk, tj_req(rk, r, 2), 5000, NULL) == 0,
+			 "receives after the cancels failed");
+		TJ_CHECK(rk, memcmp(buf[1], "second---------", 16) == 0,
+			 "tag 9 got '%.16s', not the second send", buf[1]);
+		TJ_CHECK(rk, memcmp(buf[2], "late-----------", 16) == 0,
+			 "tag 5 got '%.16s'", buf[2]);
+		TJ_CHECK(rk, memcmp(buf[0], "xxxxxxxxxxxxxxxx", 16) == 0,
+			 "the cancelled receive's buffer was written");
 		/* A long send cancelled before it is matched. */
-		dpl_transport_irecv(t, REQ(r, 3), 0, 11, lb, big, DPL_MEM_HOST);
-		if (wait_one(t, REQ(r, 3), 5000) != 0 ||
-		    verify(lb, big, 11) != big)
-			bad("long message after a cancelled long send");
+		dpl_transport_irecv(t, tj_req(rk, r, 3), 0, 11, lb, big,
+				    DPL_MEM_HOST);
+		TJ_CHECK(rk,
+			 tj_wait(rk, tj_req(rk, r, 3), 5000, NULL) == 0 &&
+				 tj_verify(lb, big, 11) < 0,
+			 "long message after a cancelled long send");
 	} else {
-		await_flag_progress(t, 0, 1, 5000);
-		dpl_transport_isend(t, REQ(r, 0), 1, 9, "first----------", 16,
-				    DPL_MEM_HOST);
+		tj_flag_wait(rk, 0, 1, 0);
+		dpl_transport_isend(t, tj_req(rk, r, 0), 1, 9,
+				    "first----------", 16, DPL_MEM_HOST);
 		dpl_transport_progress(t);
-		if (dpl_transport_cancel(t, REQ(r, 0)) != 0)
-			bad("cancel of a send failed");
-		st = wait_one(t, REQ(r, 0), 1000);
-		J->out[0].st[0] = st;
-		if (st != DPL_ECANCELED)
-			bad("cancelled unmatched send: %d", st);
-		fill(lb, big, 99);
-		dpl_transport_isend(t, REQ(r, 3), 1, 11, lb, big, DPL_MEM_HOST);
-		if (dpl_transport_cancel(t, REQ(r, 3)) != 0 ||
-		    wait_one(t, REQ(r, 3), 1000) != DPL_ECANCELED)
-			bad("cancel of a long send");
-		dpl_transport_isend(t, REQ(r, 1), 1, 9, "second---------", 16,
+		TJ_CHECK(rk, dpl_transport_cancel(t, tj_req(rk, r, 0)) == 0,
+			 "cancel of a send failed");
+		st = tj_wait(rk, tj_req(rk, r, 0), 1000, NULL);
+		rk->val[0] = st;
+		TJ_CHECK(rk, st == DPL_ECANCELED,
+			 "cancelled unmatched send: %d", st);
+		tj_fill(lb, big, 99);
+		dpl_transport_isend(t, tj_req(rk, r, 3), 1, 11, lb, big,
 				    DPL_MEM_HOST);
-		dpl_transport_isend(t, REQ(r, 2), 1, 5, "late-----------", 16,
+		TJ_CHECK(rk,
+			 dpl_transport_cancel(t, tj_req(rk, r, 3)) == 0 &&
+				 tj_wait(rk, tj_req(rk, r, 3), 1000, NULL) ==
+					 DPL_ECANCELED,
+			 "cancel of a long send");
+		dpl_transport_isend(t, tj_req(rk, r, 1), 1, 9,
+				    "second---------", 16, DPL_MEM_HOST);
+		dpl_transport_isend(t, tj_req(rk, r, 2), 1, 5,
+				    "late-----------", 16, DPL_MEM_HOST);
+		tj_fill(lb, big, 11);
+		dpl_transport_isend(t, tj_req(rk, r, 3), 1, 11, lb, big,
 				    DPL_MEM_HOST);
-		fill(lb, big, 11);
-		dpl_transport_isend(t, REQ(r, 3), 1, 11, lb, big, DPL_MEM_HOST);
-		atomic_store(&J->flag[1], 1);
-		if (wait_one(t, REQ(r, 1), 5000) != 0 ||
-		    wait_one(t, REQ(r, 2), 5000) != 0 ||
-		    wait_one(t, REQ(r, 3), 5000) != 0)
-			bad("sends after the cancel failed");
+		tj_flag_set(rk, 1, 1);
+		TJ_CHECK(rk,
+			 tj_wait(rk, tj_req(rk, r, 1), 5000, NULL) == 0 &&
+				 tj_wait(rk, tj_req(rk, r, 2), 5000, NULL) ==
+					 0 &&
+				 tj_wait(rk, tj_req(rk, r, 3), 5000, NULL) == 0,
+			 "sends after the cancel failed");
 	}
-	atomic_fetch_add(&J->flag[2], 1);
-	await_flag_progress(t, 2, 2, 5000);
-	free(lb);
-	free(r);
-	dpl_transport_close(t);
+	tj_barrier(rk);
 }
 
 Test(shm_peers, cancel_receive_and_unmatched_send, .timeout = 60)
 {
-	J = job_new();
-	run(2, cancel_rank, 50000);
-	cr_expect_eq(J->out[1].st[0], DPL_ECANCELED);
-	cr_expect_eq(J->out[0].st[0], DPL_ECANCELED);
-	J = job_new();
-	snprintf(J->opts, sizeof J->opts, "cma=0");
-	run(2, cancel_rank, 50000);
+	struct tj_job job = shm_job(2, cancel_rank, 50000, NULL);
+
+	shm_run(&job);
+	cr_expect_eq(tj_job_slot(&job, 1)->val[0], DPL_ECANCELED);
+	cr_expect_eq(tj_job_slot(&job, 0)->val[0], DPL_ECANCELED);
+	tj_job_free(&job);
+	job = shm_job(2, cancel_rank, 50000, "cma=0");
+	shm_run(&job);
+	tj_job_free(&job);
 }
 
 /* ---- back-pressure ----------------------------------------------------- */
@@ -127,248 +129,241 @@ Test(shm_peers, cancel_receive_and_unmatched_send, .timeout = 60)
 /* Rank 0 posts 10 000 8-byte sends without progressing: some must be
  * refused with DPL_EAGAIN (nothing dropped, nothing crashes); then it
  * progresses and posts the rest while rank 1 receives all, in order. */
-static void bp_rank(int rank)
+static void bp_rank(struct tj_rank *rk)
 {
-	dpl_transport *t = open_t(rank, 2, NULL);
-	void *r = reqs_new(NBP);
-	uint64_t *v = calloc(NBP, sizeof *v);
-	int *st = calloc(NBP, sizeof *st);
-	size_t i, first_eagain = NBP, eagains = 0;
+	dpl_transport *t = rk->t;
+	void *r = tj_reqs(rk, NBP);
+	uint64_t *v = tj_alloc(rk, NBP * sizeof *v);
+	int *st = tj_alloc(rk, NBP * sizeof *st);
+	size_t i;
 	int rc;
 
-	if (t == NULL)
-		return;
-	if (rank == 0) {
+	if (rk->rank == 0) {
 		for (i = 0; i < NBP; i++)
 			v[i] = i * 7 + 3;
 		for (i = 0; i < NBP; i++) {
-			rc = dpl_transport_isend(t, REQ(r, i), 1, 3, &v[i], 8,
-						 DPL_MEM_HOST);
+			rc = dpl_transport_isend(t, tj_req(rk, r, i), 1, 3,
+						 &v[i], 8, DPL_MEM_HOST);
 			if (rc == DPL_EAGAIN)
 				break;
-			if (rc != 0)
-				bad("isend %zu: %d", i, rc);
+			TJ_CHECK(rk, rc == 0, "isend %zu: %d", i, rc);
 		}
-		first_eagain = i;
-		J->out[0].v[0] = (long long)first_eagain;
-		atomic_store(&J->flag[0], 1);
+		rk->val[0] = (double)i; /* the first refused */
+		tj_flag_set(rk, 0, 1);
+		/* The rest, progressing while the ring is full. */
 		for (; i < NBP; i++) {
-			uint64_t end = dpl_clock_ns() + 10000000000u;
-
-			while ((rc = dpl_transport_isend(
-					t, REQ(r, i), 1, 3, &v[i], 8,
-					DPL_MEM_HOST)) == DPL_EAGAIN &&
-			       dpl_clock_ns() < end) {
-				eagains++;
-				dpl_transport_progress(t);
-			}
-			if (rc != 0) {
-				bad("isend %zu: %d", i, rc);
-				break;
-			}
+			rc = tj_isend(rk, tj_req(rk, r, i), 1, 3, &v[i], 8);
+			TJ_CHECK(rk, rc == 0, "isend %zu: %d", i, rc);
 		}
-		J->out[0].v[1] = (long long)eagains;
 	} else {
-		await_flag(0, 1, 10000);
+		/* Rank 0 fills the ring meanwhile: leave it full. */
+		shm_flag_wait_quiet(rk, 0, 1);
 		for (i = 0; i < NBP; i++)
-			if (dpl_transport_irecv(t, REQ(r, i), 0, 3, &v[i], 8,
-						DPL_MEM_HOST) != 0)
-				bad("irecv %zu", i);
+			TJ_CHECK(rk,
+				 dpl_transport_irecv(t, tj_req(rk, r, i), 0, 3,
+						     &v[i], 8,
+						     DPL_MEM_HOST) == 0,
+				 "irecv %zu", i);
 	}
-	if (wait_all(t, r, NBP, st, 30000) != 0)
-		bad("requests did not drain");
+	TJ_CHECK(rk, tj_wait_all(rk, r, NBP, st, 30000, NULL) != DPL_EAGAIN,
+		 "requests did not drain");
 	for (i = 0; i < NBP; i++)
-		if (st[i] != 0 || v[i] != i * 7 + 3) {
-			bad("message %zu: status %d value %llu", i, st[i],
-			    (unsigned long long)v[i]);
-			break;
-		}
-	atomic_fetch_add(&J->flag[2], 1);
-	await_flag_progress(t, 2, 2, 5000);
-	free(v);
-	free(st);
-	free(r);
-	dpl_transport_close(t);
+		TJ_CHECK(rk, st[i] == 0 && v[i] == i * 7 + 3,
+			 "message %zu: status %d value %llu", i, st[i],
+			 (unsigned long long)v[i]);
+	tj_barrier(rk);
 }
 
 Test(shm_peers, backpressure_eagain_then_drain, .timeout = 90)
 {
-	J = job_new();
-	run(2, bp_rank, 80000);
-	cr_expect_lt(J->out[0].v[0], NBP, "no DPL_EAGAIN before %d sends",
-		     NBP);
-	cr_expect_gt(J->out[0].v[0], 0);
+	struct tj_job job = shm_job(2, bp_rank, 80000, NULL);
+
+	shm_run(&job);
+	cr_expect_lt(tj_job_slot(&job, 0)->val[0], NBP,
+		     "no DPL_EAGAIN before %d sends", NBP);
+	cr_expect_gt(tj_job_slot(&job, 0)->val[0], 0);
+	tj_job_free(&job);
 }
 
 /* ---- peer death ------------------------------------------------------ */
 
 #define DEATH_BOUND_NS UINT64_C(2000000000) /* the declared bound: 2 s */
+#define F_KILL 3 /* flags 0..2: rank r started; 3: when rank 1 was killed */
 
 /*
  * Rank 1 is SIGKILLed by the test while rank 0 has a receive from it and
  * a long send to it pending, and rank 2 (the bystander) a receive from
  * it. Both must see DPL_EPEER within the declared bound after the kill,
  * later posts to rank 1 fail with DPL_EPEER naming it, and ranks 0 and 2
- * keep exchanging messages.
+ * keep exchanging messages. Each reports the statuses (val[0], val[1])
+ * and the nanoseconds from the kill to seeing it (val[2]).
  */
-static void death_rank(int rank)
+static void death_rank(struct tj_rank *rk)
 {
-	dpl_transport *t = open_t(rank, 3, NULL);
-	void *r = reqs_new(4);
+	dpl_transport *t = rk->t;
+	uint32_t rank = rk->rank;
+	void *r = tj_reqs(rk, 4);
 	size_t big = 4 * MiB;
-	unsigned char *b = xmalloc(big);
+	unsigned char *b = tj_alloc(rk, big);
 	uint64_t kill_ns, end, now;
+	struct tj_idle id = {0};
 	int st[2], i, rc;
 	char one[8];
 
-	if (t == NULL) {
-		atomic_fetch_add(&J->flag[0], 1);
-		return;
-	}
 	memset(b, 1, big);
 	if (rank == 1) {
-		atomic_fetch_add(&J->flag[0], 1);
-		for (i = 0; i < 20000; i++) { /* killed long before */
-			dpl_transport_progress(t);
-			dpl_transport_wait(t, 1000000);
-		}
-		return;
+		tj_flag_set(rk, rank, 1);
+		for (;;) /* until killed */
+			tj_idle(rk, &id, "the kill");
 	}
-	dpl_transport_irecv(t, REQ(r, 0), 1, 1, one, sizeof one, DPL_MEM_HOST);
+	dpl_transport_irecv(t, tj_req(rk, r, 0), 1, 1, one, sizeof one,
+			    DPL_MEM_HOST);
 	if (rank == 0)
-		dpl_transport_isend(t, REQ(r, 1), 1, 2, b, big, DPL_MEM_HOST);
-	atomic_fetch_add(&J->flag[0], 1);
+		dpl_transport_isend(t, tj_req(rk, r, 1), 1, 2, b, big,
+				    DPL_MEM_HOST);
+	tj_flag_set(rk, rank, 1);
 	/* Progress until the kill, then until both complete. */
-	while ((kill_ns = atomic_load(&J->kill_ns)) == 0)
-		dpl_transport_progress(t);
+	tj_flag_wait(rk, F_KILL, 1, 0);
+	kill_ns = (uint64_t)tj_flag_get(rk, F_KILL);
 	end = kill_ns + DEATH_BOUND_NS;
 	now = dpl_clock_ns();
-	rc = wait_all(t, r, rank == 0 ? 2 : 1, st,
-		      now < end ? (int)((end - now) / 1000000u) : 0);
-	J->out[rank].v[0] = (long long)(dpl_clock_ns() - kill_ns);
-	if (rc != 0)
-		bad("requests with the killed rank still pending 2 s after "
-		    "the kill");
-	J->out[rank].st[0] = st[0];
-	J->out[rank].st[1] = rank == 0 ? st[1] : DPL_EPEER;
-	if (st[0] != DPL_EPEER || (rank == 0 && st[1] != DPL_EPEER))
-		bad("pending requests with the dead rank: %d %d", st[0],
-		    rank == 0 ? st[1] : 0);
-	rc = dpl_transport_isend(t, REQ(r, 2), 1, 3, one, 8, DPL_MEM_HOST);
-	if (rc != DPL_EPEER || strstr(dpl_last_error(), "rank 1") == NULL)
-		bad("post to the dead rank: %d '%s'", rc, dpl_last_error());
+	rc = tj_wait_all(rk, r, rank == 0 ? 2 : 1, st,
+			 now < end ? (unsigned)((end - now) / 1000000u) + 1 : 1,
+			 NULL);
+	rk->val[2] = (double)(dpl_clock_ns() - kill_ns);
+	TJ_CHECK(rk, rc != DPL_EAGAIN,
+		 "requests with the killed rank still pending 2 s after the "
+		 "kill");
+	rk->val[0] = st[0];
+	rk->val[1] = rank == 0 ? st[1] : DPL_EPEER;
+	TJ_CHECK(rk, st[0] == DPL_EPEER && (rank != 0 || st[1] == DPL_EPEER),
+		 "pending requests with the dead rank: %d %d", st[0],
+		 rank == 0 ? st[1] : 0);
+	rc = dpl_transport_isend(t, tj_req(rk, r, 2), 1, 3, one, 8,
+				 DPL_MEM_HOST);
+	TJ_CHECK(rk,
+		 rc == DPL_EPEER && strstr(dpl_last_error(), "rank 1") != NULL,
+		 "post to the dead rank: %d '%s'", rc, dpl_last_error());
 	/* The healthy pair goes on. */
 	for (i = 0; i < 100; i++) {
-		uint32_t out = (uint32_t)(rank * 1000 + i), in = 0;
+		uint32_t out = rank * 1000 + (uint32_t)i, in = 0;
 		uint32_t peer = rank == 0 ? 2 : 0;
 
-		dpl_transport_irecv(t, REQ(r, 2), peer, 50, &in, 4,
+		dpl_transport_irecv(t, tj_req(rk, r, 2), peer, 50, &in, 4,
 				    DPL_MEM_HOST);
-		dpl_transport_isend(t, REQ(r, 3), peer, 50, &out, 4,
+		dpl_transport_isend(t, tj_req(rk, r, 3), peer, 50, &out, 4,
 				    DPL_MEM_HOST);
-		wait_all(t, REQ(r, 2), 2, st, 5000);
-		if (st[0] != 0 || st[1] != 0 ||
-		    in != peer * 1000 + (uint32_t)i) {
-			bad("bystander exchange %d: %d %d %u", i, st[0], st[1],
-			    in);
-			break;
-		}
+		tj_wait_all(rk, tj_req(rk, r, 2), 2, st, 5000, NULL);
+		TJ_CHECK(rk,
+			 st[0] == 0 && st[1] == 0 &&
+				 in == peer * 1000 + (uint32_t)i,
+			 "bystander exchange %d: %d %d %u", i, st[0], st[1],
+			 in);
 	}
-	atomic_fetch_add(&J->flag[2], 1);
-	await_flag_progress(t, 2, 2, 5000);
-	free(b);
-	free(r);
-	dpl_transport_close(t);
+	tj_barrier_n(rk, 2);
+}
+
+/* The test's side: kill rank 1 once every rank started and stamp the
+ * time in F_KILL. *watch_arg is set when they all started. */
+static void death_watch(struct tj_job *job)
+{
+	bool *started = job->watch_arg;
+	uint32_t r;
+
+	for (r = 0; r < 3; r++)
+		if (!tj_job_flag_wait(job, r, 1, 10000))
+			return;
+	*started = true;
+	tj_sleep_ms(20);
+	tj_job_flag_set(job, F_KILL, (int64_t)dpl_clock_ns());
+	tj_job_signal(job, 1, SIGKILL);
 }
 
 Test(shm_peers, peer_sigkill_with_healthy_bystander, .timeout = 60)
 {
-	pid_t pid[3];
-	int i;
+	struct tj_job job = shm_job(3, death_rank, 30000, NULL);
+	bool started = false;
+	uint32_t i;
+	int rc;
 
-	J = job_new();
-	spawn(pid, 3, death_rank);
-	for (i = 0; i < 10000 && atomic_load(&J->flag[0]) < 3; i++)
-		fr_sleep_ms(1);
-	cr_assert_eq(atomic_load(&J->flag[0]), 3, "ranks did not start");
-	fr_sleep_ms(20);
-	atomic_store(&J->kill_ns, dpl_clock_ns());
-	kill(pid[1], SIGKILL);
-	waitpid(pid[1], NULL, 0);
-	pid[1] = 0;
-	fr_reap(pid, 3, 30000);
+	job.may_die = 1u << 1;
+	job.watch = death_watch;
+	job.watch_arg = &started;
+	rc = tj_job_run(&job);
+	cr_assert(started, "ranks did not start: %s", job.report);
+	cr_expect_eq(rc, 0, "%s", job.report);
+	cr_expect_eq(tj_job_exit(&job, 1), -SIGKILL, "rank 1 was not killed");
 	for (i = 0; i < 3; i += 2) {
-		cr_expect_eq(J->out[i].rc, 0, "rank %d: %s", i, J->out[i].msg);
-		cr_expect_eq(J->out[i].bad, 0, "rank %d: %s", i,
-			     J->out[i].msg);
-		cr_expect_eq(J->out[i].st[0], DPL_EPEER);
-		cr_expect_eq(J->out[i].st[1], DPL_EPEER);
-		cr_log_info("rank %d saw the death after %.1f ms", i,
-			    (double)J->out[i].v[0] / 1e6);
+		const struct tj_slot *s = tj_job_slot(&job, i);
+
+		cr_expect_eq(s->val[0], DPL_EPEER);
+		cr_expect_eq(s->val[1], DPL_EPEER);
+		cr_log_info("rank %u saw the death after %.1f ms", i,
+			    s->val[2] / 1e6);
 	}
+	tj_job_free(&job);
 }
 
 /* Rank 1 calls fini while rank 0 waits on it: DPL_EPEER, not a hang. */
-static void leave_rank(int rank)
+static void leave_rank(struct tj_rank *rk)
 {
-	dpl_transport *t = open_t(rank, 2, NULL);
-	void *r = reqs_new(2);
+	dpl_transport *t = rk->t;
+	void *r = tj_reqs(rk, 2);
 	char b[8];
 	int st;
 
-	if (t == NULL)
-		return;
-	if (rank == 1) {
+	if (rk->rank == 1) {
 		/* A pending receive of its own is cancelled by fini. */
-		dpl_transport_irecv(t, REQ(r, 0), 0, 4, b, 8, DPL_MEM_HOST);
-		dpl_transport_close(t);
-		free(r);
+		dpl_transport_irecv(t, tj_req(rk, r, 0), 0, 4, b, 8,
+				    DPL_MEM_HOST);
+		tj_close(rk);
 		return;
 	}
 	/* Either the post fails (rank 1 is already known gone) or the
 	 * receive completes with DPL_EPEER. */
-	st = dpl_transport_irecv(t, REQ(r, 0), 1, 4, b, 8, DPL_MEM_HOST);
+	st = dpl_transport_irecv(t, tj_req(rk, r, 0), 1, 4, b, 8,
+				 DPL_MEM_HOST);
 	if (st == 0)
-		st = wait_one(t, REQ(r, 0), 5000);
-	if (st != DPL_EPEER)
-		bad("receive from a rank that left: %d", st);
-	st = dpl_transport_irecv(t, REQ(r, 1), 1, 4, b, 8, DPL_MEM_HOST);
-	if (st != DPL_EPEER || strstr(dpl_last_error(), "rank 1 left") == NULL)
-		bad("post to a rank that left: %d '%s'", st, dpl_last_error());
-	free(r);
-	dpl_transport_close(t);
+		st = tj_wait(rk, tj_req(rk, r, 0), 5000, NULL);
+	TJ_CHECK(rk, st == DPL_EPEER, "receive from a rank that left: %d",
+		 st);
+	st = dpl_transport_irecv(t, tj_req(rk, r, 1), 1, 4, b, 8,
+				 DPL_MEM_HOST);
+	TJ_CHECK(rk,
+		 st == DPL_EPEER &&
+			 strstr(dpl_last_error(), "rank 1 left") != NULL,
+		 "post to a rank that left: %d '%s'", st, dpl_last_error());
 }
 
 Test(shm_peers, fini_makes_the_rank_a_failed_peer, .timeout = 30)
 {
-	J = job_new();
-	run(2, leave_rank, 20000);
+	struct tj_job job = shm_job(2, leave_rank, 20000, NULL);
+
+	shm_run(&job);
+	tj_job_free(&job);
 }
 
 /* ---- wait ------------------------------------------------------------ */
 
 /* Rank 0 waits for a message rank 1 sends 200 ms later: wait sleeps
  * (a few calls, not a busy loop) and wakes for it. */
-static void sleeper_rank(int rank)
+static void sleeper_rank(struct tj_rank *rk)
 {
-	dpl_transport *t = open_t(rank, 2, NULL);
-	void *r = reqs_new(1);
+	dpl_transport *t = rk->t;
+	void *r = tj_reqs(rk, 1);
 	uint64_t v = 0, end;
 	long long waits = 0;
 	int st = DPL_EAGAIN;
 
-	if (t == NULL)
-		return;
-	if (rank == 1) {
-		await_flag(0, 1, 5000);
-		fr_sleep_ms(200);
+	if (rk->rank == 1) {
+		tj_flag_wait(rk, 0, 1, 0);
+		tj_sleep_ms(200);
 		v = 42;
 		dpl_transport_isend(t, r, 0, 8, &v, 8, DPL_MEM_HOST);
-		if (wait_one(t, r, 5000) != 0)
-			bad("send");
+		TJ_CHECK(rk, tj_wait(rk, r, 5000, NULL) == 0, "send");
 	} else {
 		dpl_transport_irecv(t, r, 1, 8, &v, 8, DPL_MEM_HOST);
-		atomic_store(&J->flag[0], 1);
+		tj_flag_set(rk, 0, 1);
 		end = dpl_clock_ns() + 5000000000u;
 		while (dpl_clock_ns() < end) {
 			dpl_transport_progress(t);
@@ -377,23 +372,21 @@ static void sleeper_rank(int rank)
 			dpl_transport_wait(t, 10000000000u);
 			waits++;
 		}
-		J->out[0].v[0] = waits;
-		if (st != 0 || v != 42)
-			bad("message: %d %llu", st, (unsigned long long)v);
-		if (waits > 1000)
-			bad("wait returned %lld times in 200 ms: it spins",
-			    waits);
+		rk->val[0] = (double)waits;
+		TJ_CHECK(rk, st == 0 && v == 42, "message: %d %llu", st,
+			 (unsigned long long)v);
+		TJ_CHECK(rk, waits <= 1000,
+			 "wait returned %lld times in 200 ms: it spins",
+			 waits);
 	}
-	atomic_fetch_add(&J->flag[2], 1);
-	await_flag_progress(t, 2, 2, 5000);
-	free(r);
-	dpl_transport_close(t);
+	tj_barrier(rk);
 }
 
 Test(shm_peers, wait_sleeps_until_a_message_arrives, .timeout = 30)
 {
-	J = job_new();
-	run(2, sleeper_rank, 20000);
-	cr_expect_gt(J->out[0].v[0], 0);
-}
+	struct tj_job job = shm_job(2, sleeper_rank, 20000, NULL);
 
+	shm_run(&job);
+	cr_expect_gt(tj_job_slot(&job, 0)->val[0], 0);
+	tj_job_free(&job);
+}

@@ -20,7 +20,6 @@
 
 #include <criterion/criterion.h>
 
-#include "forked_ranks.h"
 #include "shm_test.h"
 #include "shm_threads.h"
 
@@ -93,7 +92,7 @@ Test(shm_setup, init_without_oob_is_einval, .timeout = 10)
 	cr_expect_eq(dpl_transport_open(O, &p, &t), DPL_EINVAL);
 	cr_expect(strstr(dpl_last_error(), "params.oob") != NULL, "%s",
 		  dpl_last_error());
-	cr_expect_eq(count_segments(&me, 1), 0);
+	cr_expect_eq(shm_segments(me), 0);
 }
 
 /*
@@ -117,7 +116,7 @@ Test(shm_setup, failure_at_any_step_of_init_leaves_nothing, .timeout = 20)
 		{0, 0, DPL_ENOENT, "-r1-p"},
 	};
 	pid_t me = getpid();
-	int fds = count_fds();
+	int fds = tj_count_fds();
 	size_t i;
 
 	for (i = 0; i < sizeof cases / sizeof cases[0]; i++) {
@@ -130,12 +129,12 @@ Test(shm_setup, failure_at_any_step_of_init_leaves_nothing, .timeout = 20)
 		cr_expect(strstr(dpl_last_error(), cases[i].named) != NULL,
 			  "case %zu: '%s' does not name '%s'", i,
 			  dpl_last_error(), cases[i].named);
-		cr_expect_eq(count_segments(&me, 1), 0,
+		cr_expect_eq(shm_segments(me), 0,
 			     "case %zu: a segment is left", i);
 		if (rc == 0)
 			dpl_transport_close(t);
 	}
-	cr_expect_eq(count_fds(), fds, "failed inits leaked descriptors");
+	cr_expect_eq(tj_count_fds(), fds, "failed inits leaked descriptors");
 }
 
 /* ---- options ---------------------------------------------------------- */
@@ -195,25 +194,24 @@ Test(shm_setup, good_options_are_taken, .timeout = 10)
 	}
 }
 
-static void mismatch_rank(int rank)
+/* The ranks open shm themselves: init is expected to fail. */
+static void mismatch_rank(struct tj_rank *rk)
 {
-	dpl_transport *t = open_t(rank, 2,
-				  rank == 0 ? "ring=64k" : "ring=128k");
+	int rc = tj_open(rk, O, rk->rank == 0 ? "ring=64k" : "ring=128k", 0);
 
-	if (t != NULL) {
-		bad("init with different rings succeeded");
-		dpl_transport_close(t);
-		return;
-	}
-	if (J->out[rank].rc == DPL_EINVAL &&
-	    strstr(J->out[rank].msg, "ring=") != NULL)
-		J->out[rank].rc = 0; /* the expected failure */
+	TJ_CHECK(rk, rc != 0, "init with different rings succeeded");
+	TJ_CHECK(rk, rc == DPL_EINVAL &&
+			     strstr(dpl_last_error(), "ring=") != NULL,
+		 "init: %s (%s)", dpl_err_name(rc), dpl_last_error());
 }
 
 Test(shm_setup, ranks_must_agree_on_options, .timeout = 30)
 {
-	J = job_new();
-	run(2, mismatch_rank, 20000);
+	struct tj_job job = shm_job(2, mismatch_rank, 20000, NULL);
+
+	job.ops = NULL;
+	shm_run(&job);
+	tj_job_free(&job);
 }
 
 /* ---- small worlds and bad posts -------------------------------------- */
@@ -224,11 +222,13 @@ Test(shm_setup, world_of_one_and_argument_errors, .timeout = 10)
 {
 	struct dpl_transport_params p = {0, 1, NULL, NULL, NULL, 1000, 0};
 	dpl_transport *t = NULL;
-	void *r = reqs_new(1);
+	void *r;
 	char b[8];
 
 	cr_assert_eq(dpl_transport_open(O, &p, &t), 0, "%s",
 		     dpl_last_error());
+	r = calloc(1, dpl_transport_req_size(t));
+	cr_assert_not_null(r);
 	cr_expect_eq(dpl_transport_isend(t, r, 0, 1, b, 8, DPL_MEM_HOST),
 		     DPL_EINVAL);
 	cr_expect(strstr(dpl_last_error(), "peer 0") != NULL, "%s",
@@ -241,42 +241,39 @@ Test(shm_setup, world_of_one_and_argument_errors, .timeout = 10)
 	free(r);
 }
 
-static void argerr_rank(int rank)
+static void argerr_rank(struct tj_rank *rk)
 {
-	dpl_transport *t = open_t(rank, 2, NULL);
-	void *r = reqs_new(1);
+	dpl_transport *t = rk->t;
+	uint32_t peer = 1 - rk->rank;
+	void *r = tj_reqs(rk, 1);
 	char b[8];
 	int rc;
 
-	if (t == NULL)
-		return;
-	if ((rc = dpl_transport_isend(t, r, 1 - rank, DPL_TAG_MAX + 1, b, 8,
-				      DPL_MEM_HOST)) != DPL_EINVAL ||
-	    strstr(dpl_last_error(), "tag") == NULL)
-		bad("tag beyond DPL_TAG_MAX: %d", rc);
-	if ((rc = dpl_transport_irecv(t, r, 1 - rank, 1, b, 8,
-				      DPL_MEM_CUDA)) != DPL_ENOTSUP)
-		bad("CUDA memory: %d", rc);
-	if ((rc = dpl_transport_isend(t, r, 5, 1, b, 8, DPL_MEM_HOST)) !=
-		    DPL_EINVAL ||
-	    strstr(dpl_last_error(), "peer 5") == NULL)
-		bad("peer out of range: %d", rc);
-	if ((rc = dpl_transport_isend(t, r, (uint32_t)rank, 1, b, 8,
-				      DPL_MEM_HOST)) != DPL_EINVAL)
-		bad("send to self: %d", rc);
-	if ((rc = dpl_transport_isend(t, r, 1 - rank, 1, NULL, 8,
-				      DPL_MEM_HOST)) != DPL_EINVAL)
-		bad("NULL buffer: %d", rc);
-	atomic_fetch_add(&J->flag[2], 1);
-	await_flag_progress(t, 2, 2, 5000);
-	free(r);
-	dpl_transport_close(t);
+	rc = dpl_transport_isend(t, r, peer, DPL_TAG_MAX + 1, b, 8,
+				 DPL_MEM_HOST);
+	TJ_CHECK(rk,
+		 rc == DPL_EINVAL && strstr(dpl_last_error(), "tag") != NULL,
+		 "tag beyond DPL_TAG_MAX: %d", rc);
+	rc = dpl_transport_irecv(t, r, peer, 1, b, 8, DPL_MEM_CUDA);
+	TJ_CHECK(rk, rc == DPL_ENOTSUP, "CUDA memory: %d", rc);
+	rc = dpl_transport_isend(t, r, 5, 1, b, 8, DPL_MEM_HOST);
+	TJ_CHECK(rk,
+		 rc == DPL_EINVAL &&
+			 strstr(dpl_last_error(), "peer 5") != NULL,
+		 "peer out of range: %d", rc);
+	rc = dpl_transport_isend(t, r, rk->rank, 1, b, 8, DPL_MEM_HOST);
+	TJ_CHECK(rk, rc == DPL_EINVAL, "send to self: %d", rc);
+	rc = dpl_transport_isend(t, r, peer, 1, NULL, 8, DPL_MEM_HOST);
+	TJ_CHECK(rk, rc == DPL_EINVAL, "NULL buffer: %d", rc);
+	tj_barrier(rk);
 }
 
 Test(shm_setup, bad_posts_are_named, .timeout = 30)
 {
-	J = job_new();
-	run(2, argerr_rank, 20000);
+	struct tj_job job = shm_job(2, argerr_rank, 20000, NULL);
+
+	shm_run(&job);
+	tj_job_free(&job);
 }
 
 /* ---- /dev/shm hygiene ---------------------------------------------------- */
@@ -285,107 +282,89 @@ Test(shm_setup, bad_posts_are_named, .timeout = 30)
 
 /* Each round: once init returned, this rank's segment has no name any
  * more; a message goes both ways; after fini nothing is left. After the
- * rounds, no descriptor is left either. */
-static void unlinked_rank(int rank)
+ * rounds, no descriptor is left either. The ranks open shm themselves,
+ * once a round. */
+static void unlinked_rank(struct tj_rank *rk)
 {
-	int before = count_fds(), k;
+	int before = tj_count_fds(), k, rc;
+	uint32_t peer = 1 - rk->rank;
 	pid_t me = getpid();
 
 	for (k = 0; k < NUNLINK; k++) {
-		dpl_transport *t = open_t(rank, 2, NULL);
-		void *r = reqs_new(2);
 		uint32_t out = (uint32_t)k, in = ~0u;
 		int st[2];
+		void *r;
 
-		if (t == NULL) {
-			bad("init %d: %s", k, J->out[rank].msg);
-			free(r);
-			return;
-		}
-		if (count_segments(&me, 1) != 0)
-			bad("round %d: the segment still has a name after "
-			    "init", k);
-		dpl_transport_irecv(t, REQ(r, 0), (uint32_t)(1 - rank), 1, &in,
-				    4, DPL_MEM_HOST);
-		dpl_transport_isend(t, REQ(r, 1), (uint32_t)(1 - rank), 1,
-				    &out, 4, DPL_MEM_HOST);
-		if (wait_all(t, r, 2, st, 5000) != 0 || st[0] != 0 ||
-		    st[1] != 0 || in != (uint32_t)k)
-			bad("round %d: %d %d %u", k, st[0], st[1], in);
+		rc = tj_open(rk, O, NULL, 0);
+		TJ_CHECK(rk, rc == 0, "init %d: %s", k, dpl_last_error());
+		TJ_CHECK(rk, shm_segments(me) == 0,
+			 "round %d: the segment still has a name after init",
+			 k);
+		r = tj_reqs(rk, 2);
+		dpl_transport_irecv(rk->t, tj_req(rk, r, 0), peer, 1, &in, 4,
+				    DPL_MEM_HOST);
+		dpl_transport_isend(rk->t, tj_req(rk, r, 1), peer, 1, &out, 4,
+				    DPL_MEM_HOST);
+		rc = tj_wait_all(rk, r, 2, st, 5000, NULL);
+		TJ_CHECK(rk, rc == 0 && in == (uint32_t)k,
+			 "round %d: %d %d %u", k, st[0], st[1], in);
 		/* The peer may leave once both have their message: make
 		 * sure it also got ours before leaving ourselves. */
-		atomic_fetch_add(&J->flag[3], 1);
-		await_flag(3, 2 * (k + 1), 5000);
-		dpl_transport_close(t);
-		free(r);
-		if (count_segments(&me, 1) != 0)
-			bad("round %d: a segment of this rank is left", k);
+		tj_barrier(rk);
+		tj_close(rk);
+		tj_free(rk, r);
+		TJ_CHECK(rk, shm_segments(me) == 0,
+			 "round %d: a segment of this rank is left", k);
 	}
-	J->out[rank].v[0] = count_fds() - before;
-	if (J->out[rank].v[0] != 0)
-		bad("%lld descriptors more after %d rounds",
-		    J->out[rank].v[0], NUNLINK);
+	rc = tj_count_fds() - before;
+	TJ_CHECK(rk, rc == 0, "%d descriptors more after %d rounds", rc,
+		 NUNLINK);
 }
 
 Test(shm_setup, segments_are_unlinked_once_init_returns, .timeout = 60)
 {
-	J = job_new();
-	run(2, unlinked_rank, 50000);
+	struct tj_job job = shm_job(2, unlinked_rank, 50000, NULL);
+
+	job.ops = NULL;
+	shm_run(&job);
+	tj_job_free(&job);
 }
 
 /* Rank 1 is killed after init; rank 0 sees it and leaves. Afterwards no
  * segment of either remains, and a segment left by a dead process is
  * removed by the next job's init. */
-static void litter_rank(int rank)
+static void litter_rank(struct tj_rank *rk)
 {
-	dpl_transport *t = open_t(rank, 2, NULL);
-	void *r = reqs_new(1);
+	dpl_transport *t = rk->t;
+	void *r = tj_reqs(rk, 1);
 	char b[4];
 
-	if (t == NULL) {
-		atomic_store(&J->flag[0], 1);
-		return;
-	}
-	if (rank == 1) {
-		dpl_transport_isend(t, REQ(r, 0), 0, 1, "abc", 4, DPL_MEM_HOST);
-		wait_one(t, REQ(r, 0), 5000);
+	if (rk->rank == 1) {
+		dpl_transport_isend(t, r, 0, 1, "abc", 4, DPL_MEM_HOST);
+		tj_wait(rk, r, 5000, NULL);
 		raise(SIGKILL);
 	}
-	dpl_transport_irecv(t, REQ(r, 0), 1, 1, b, 4, DPL_MEM_HOST);
-	if (wait_one(t, REQ(r, 0), 5000) != 0)
-		bad("first message");
-	dpl_transport_irecv(t, REQ(r, 0), 1, 2, b, 4, DPL_MEM_HOST);
-	if (wait_one(t, REQ(r, 0), 5000) != DPL_EPEER)
-		bad("killed rank not seen");
-	free(r);
-	dpl_transport_close(t);
-}
-
-static void solo_rank(int rank)
-{
-	dpl_transport *t = open_t(rank, 2, NULL);
-
-	if (t != NULL) {
-		atomic_fetch_add(&J->flag[2], 1);
-		await_flag_progress(t, 2, 2, 5000);
-		dpl_transport_close(t);
-	}
+	dpl_transport_irecv(t, r, 1, 1, b, 4, DPL_MEM_HOST);
+	TJ_CHECK(rk, tj_wait(rk, r, 5000, NULL) == 0, "first message");
+	dpl_transport_irecv(t, r, 1, 2, b, 4, DPL_MEM_HOST);
+	TJ_CHECK(rk, tj_wait(rk, r, 5000, NULL) == DPL_EPEER,
+		 "killed rank not seen");
 }
 
 Test(shm_setup, sigkill_leaves_no_dev_shm_litter, .timeout = 60)
 {
-	pid_t pid[2], keep[2], dead;
+	struct tj_job job = shm_job(2, litter_rank, 20000, NULL);
+	pid_t dead;
 	char stale[128];
 	FILE *f;
 
-	J = job_new();
-	spawn(pid, 2, litter_rank);
-	keep[0] = pid[0];
-	keep[1] = pid[1];
-	fr_reap(pid, 2, 20000);
-	cr_expect_eq(J->out[0].bad, 0, "%s", J->out[0].msg);
-	cr_expect_eq(count_segments(keep, 2), 0,
-		     "segments of the killed job remain");
+	job.may_die = 1u << 1;
+	shm_run(&job);
+	cr_expect_eq(tj_job_exit(&job, 1), -SIGKILL);
+	cr_expect_eq(shm_segments(tj_job_slot(&job, 0)->pid) +
+			     shm_segments(tj_job_slot(&job, 1)->pid),
+		     0, "segments of the killed job remain");
+	tj_job_free(&job);
 
 	/* A segment of a process that is gone (a rank killed inside init). */
 	dead = fork();
@@ -397,9 +376,11 @@ Test(shm_setup, sigkill_leaves_no_dev_shm_litter, .timeout = 60)
 	f = fopen(stale, "w");
 	cr_assert_not_null(f);
 	fclose(f);
-	J = job_new();
-	run(2, solo_rank, 20000);
-	cr_expect_eq(count_segments(&dead, 1), 0,
+	/* Ranks that only open and close. */
+	job = shm_job(2, tj_barrier, 20000, NULL);
+	shm_run(&job);
+	tj_job_free(&job);
+	cr_expect_eq(shm_segments(dead), 0,
 		     "the next job did not remove the stale segment");
 	unlink(stale);
 }
@@ -419,7 +400,7 @@ Test(shm_setup, table_declares_the_module, .timeout = 5)
 
 Test(shm_setup, ranks_as_threads_of_one_process, .timeout = 60)
 {
-	char msg[256];
+	char msg[4096];
 
 	cr_expect_eq(dpl_test_shm_threads(msg, sizeof msg), 0, "%s", msg);
 }

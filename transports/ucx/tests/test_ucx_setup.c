@@ -7,7 +7,6 @@
  */
 #define _POSIX_C_SOURCE 200809L
 #include <criterion/criterion.h>
-#include <dirent.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,178 +16,115 @@
 
 /* ---- configuration ---------------------------------------------------- */
 
-static void peer_mode_fn(struct rank *r, void *arg)
+static void peer_mode_fn(struct tj_rank *rk)
 {
-	one_transfer(r, 1, 0, 1u << 20, true, 80, 0, 0, 5);
-	one_transfer(r, 0, 1, 8, false, 81, 0, 0, 6);
+	one_transfer(rk, 1, 0, 1u << 20, true, 80, 0, 0, 5);
+	one_transfer(rk, 0, 1, 8, false, 81, 0, 0, 6);
 }
 
 BOTH(peer_error_mode_keeps_working, 30)
 {
-	struct job job = {.n = 2, .tls = tls, .options = "err_mode=peer"};
+	struct ucx_job job = {.n = 2, .tls = tls, .options = "err_mode=peer"};
 
-	job_run(&job, peer_mode_fn, NULL);
+	ucx_job_run(&job, peer_mode_fn, NULL);
 }
 
-static void bad_posts_fn(struct rank *r, void *arg)
+static void bad_posts_fn(struct tj_rank *rk)
 {
 	unsigned char buf[8] = {0};
-	void *req = req_new(r);
-	uint32_t peer = 1 - r->id;
+	void *req = req_new(rk, 1);
+	uint32_t peer = 1 - rk->rank;
 
 	/* Through the checked layer, which refuses them for every backend
 	 * before the table sees them. */
-	check(r, dpl_transport_isend(r->t, req, r->id, 1, buf, 8,
-				     DPL_MEM_HOST) == DPL_EINVAL,
-	      "send to itself");
-	check(r, dpl_transport_isend(r->t, req, 2, 1, buf, 8,
-				     DPL_MEM_HOST) == DPL_EINVAL,
-	      "send to rank 2 of 2");
-	check(r, strstr(dpl_last_error(), "peer 2") != NULL, "%s",
-	      dpl_last_error());
-	check(r, dpl_transport_irecv(r->t, req, peer, DPL_TAG_MAX + 1, buf, 8,
-				     DPL_MEM_HOST) == DPL_EINVAL,
-	      "tag beyond 60 bits");
-	check(r, dpl_transport_isend(r->t, req, peer, 1, buf, 8,
-				     DPL_MEM_CUDA) == DPL_ENOTSUP,
-	      "CUDA memory");
-	check(r, dpl_transport_irecv(r->t, req, peer, 1, NULL, 8,
-				     DPL_MEM_HOST) == DPL_EINVAL,
-	      "NULL buffer");
+	TJ_CHECK(rk, dpl_transport_isend(rk->t, req, rk->rank, 1, buf, 8,
+					 DPL_MEM_HOST) == DPL_EINVAL,
+		 "send to itself");
+	TJ_CHECK(rk, dpl_transport_isend(rk->t, req, 2, 1, buf, 8,
+					 DPL_MEM_HOST) == DPL_EINVAL,
+		 "send to rank 2 of 2");
+	TJ_CHECK(rk, strstr(dpl_last_error(), "peer 2") != NULL, "%s",
+		 dpl_last_error());
+	TJ_CHECK(rk, dpl_transport_irecv(rk->t, req, peer, DPL_TAG_MAX + 1,
+					 buf, 8, DPL_MEM_HOST) == DPL_EINVAL,
+		 "tag beyond 60 bits");
+	TJ_CHECK(rk, dpl_transport_isend(rk->t, req, peer, 1, buf, 8,
+					 DPL_MEM_CUDA) == DPL_ENOTSUP,
+		 "CUDA memory");
+	TJ_CHECK(rk, dpl_transport_irecv(rk->t, req, peer, 1, NULL, 8,
+					 DPL_MEM_HOST) == DPL_EINVAL,
+		 "NULL buffer");
 	/* Nothing was posted: the pair still talks. */
-	one_transfer(r, 0, 1, 8, true, 1, 0, 0, 9);
-	free(req);
+	one_transfer(rk, 0, 1, 8, true, 1, 0, 0, 9);
+	tj_free(rk, req);
 }
 
 BOTH(bad_posts_are_refused_and_post_nothing, 30)
 {
-	struct job job = {.n = 2, .tls = tls};
+	struct ucx_job job = {.n = 2, .tls = tls};
 
-	job_run(&job, bad_posts_fn, NULL);
+	ucx_job_run(&job, bad_posts_fn, NULL);
 }
 
-/* Local IPv4 addresses of this process's TCP sockets, from /proc. */
-static int tcp_local_addrs(uint32_t *addr, int max)
+static void loopback_fn(struct tj_rank *rk)
 {
-	char path[320], line[512];
-	unsigned long inodes[256];
-	int ninodes = 0, n = 0;
-	struct dirent *e;
-	FILE *f;
-	DIR *d = opendir("/proc/self/fd");
+	char why[256] = "";
+	bool ok;
+	int n;
 
-	if (d == NULL)
-		return -1;
-	while ((e = readdir(d)) != NULL && ninodes < 256) {
-		char target[64];
-		ssize_t k;
-
-		snprintf(path, sizeof path, "/proc/self/fd/%s", e->d_name);
-		k = readlink(path, target, sizeof target - 1);
-		if (k <= 0)
-			continue;
-		target[k] = '\0';
-		if (sscanf(target, "socket:[%lu]", &inodes[ninodes]) == 1)
-			ninodes++;
-	}
-	closedir(d);
-	f = fopen("/proc/self/net/tcp", "r");
-	if (f == NULL)
-		return -1;
-	while (fgets(line, sizeof line, f) != NULL && n < max) {
-		unsigned long ino;
-		unsigned a;
-		int i;
-
-		if (sscanf(line, " %*d: %x:%*x %*x:%*x %*x %*x:%*x %*x:%*x "
-			   "%*x %*u %*u %lu", &a, &ino) != 2)
-			continue;
-		for (i = 0; i < ninodes; i++)
-			if (inodes[i] == ino && ino != 0)
-				addr[n++] = a;
-	}
-	fclose(f);
-	return n;
-}
-
-static void loopback_fn(struct rank *r, void *arg)
-{
-	uint32_t addr[64];
-	int n, i;
-
-	one_transfer(r, 0, 1, 1u << 20, true, 90, 0, 0, 8);
-	if (r->id != 0)
+	one_transfer(rk, 0, 1, 1u << 20, true, 90, 0, 0, 8);
+	if (rk->rank != 0)
 		return;
-	n = tcp_local_addrs(addr, 64);
-	check(r, n > 0, "no TCP socket of this process found (%d)", n);
-	for (i = 0; i < n; i++)
-		check(r, (addr[i] & 0xff) == 127, "a socket is bound to "
-		      "%u.%u.%u.%u, not loopback", addr[i] & 0xff,
-		      (addr[i] >> 8) & 0xff, (addr[i] >> 16) & 0xff,
-		      addr[i] >> 24);
+	ok = tj_sockets_loopback(why, sizeof why, &n);
+	TJ_CHECK(rk, n > 0, "no socket of this process found (%d)", n);
+	TJ_CHECK(rk, ok, "%s, not loopback", why);
 }
 
 Test(ucx_tcp, sockets_stay_on_loopback_by_default, .timeout = 30)
 {
-	struct job job = {.n = 2, .tls = "tcp"};
+	struct ucx_job job = {.n = 2, .tls = "tcp"};
 
 	cr_assert_eq(unsetenv("UCX_NET_DEVICES"), 0);
-	job_run(&job, loopback_fn, NULL);
+	ucx_job_run(&job, loopback_fn, NULL);
 }
 
 /* Startup: open (bootstrap, workers, address exchange, hello round) and
  * the first message, reported for 2 and 4 ranks. */
-static void startup_fn(struct rank *r, void *arg)
+static void startup_fn(struct tj_rank *rk)
 {
-	uint64_t t0 = mono_ns(), v;
+	uint64_t t0 = dpl_clock_ns(), v;
 	uint32_t j;
 
-	for (j = 0; j < r->job->n; j++) {
-		if (j == r->id)
+	for (j = 0; j < rk->size; j++) {
+		if (j == rk->rank)
 			continue;
-		if (r->id < j) {
-			token_send(r, j, 95, r->id);
-			v = token_recv(r, j, 95);
+		if (rk->rank < j) {
+			token_send(rk, j, 95, rk->rank);
+			v = token_recv(rk, j, 95);
 		} else {
-			v = token_recv(r, j, 95);
-			token_send(r, j, 95, r->id);
+			v = token_recv(rk, j, 95);
+			token_send(rk, j, 95, rk->rank);
 		}
-		check(r, v == j, "first message from %u carries %llu", j,
-		      (unsigned long long)v);
+		TJ_CHECK(rk, v == j, "first message from %u carries %llu", j,
+			 (unsigned long long)v);
 	}
-	if (r->id == 0)
-		cr_log_info("startup budget, %u ranks: open %.2f ms, first "
-			    "exchange with every peer %.3f ms", r->job->n,
-			    (double)r->open_ns / 1e6,
-			    (double)(mono_ns() - t0) / 1e6);
+	if (rk->rank == 0)
+		tj_note(rk, "startup budget, %u ranks: open %.2f ms, first "
+			"exchange with every peer %.3f ms", rk->size,
+			rk->val[UCX_VAL_OPEN_MS],
+			(double)(dpl_clock_ns() - t0) / 1e6);
 }
 
 BOTH(startup_is_measured, 60)
 {
-	struct job two = {.n = 2, .tls = tls};
-	struct job four = {.n = 4, .tls = tls};
+	struct ucx_job two = {.n = 2, .tls = tls};
+	struct ucx_job four = {.n = 4, .tls = tls};
 
-	job_run(&two, startup_fn, NULL);
-	job_run(&four, startup_fn, NULL);
+	ucx_job_run(&two, startup_fn, NULL);
+	ucx_job_run(&four, startup_fn, NULL);
 }
 
 /* ---- lifecycle --------------------------------------------------------- */
-
-static int count_dir(const char *path, const char *prefix)
-{
-	struct dirent *e;
-	int n = 0;
-	DIR *d = opendir(path);
-
-	if (d == NULL)
-		return -1;
-	while ((e = readdir(d)) != NULL)
-		if (e->d_name[0] != '.' &&
-		    strncmp(e->d_name, prefix, strlen(prefix)) == 0)
-			n++;
-	closedir(d);
-	return n;
-}
 
 /* SysV shared memory segments created by this process. */
 static int count_sysv_mine(void)
@@ -208,11 +144,6 @@ static int count_sysv_mine(void)
 }
 
 #define CYCLES 8
-
-static int count_fds(void)
-{
-	return count_dir("/proc/self/fd", "");
-}
 
 /* Shared memory of UCX's posix transport still mapped by this process
  * (/dev/shm holds every process's segments, so count our mappings). */
@@ -238,7 +169,7 @@ static int settle(int (*count)(void), int limit)
 	int i, n = count();
 
 	for (i = 0; i < 300 && n > limit; i++) {
-		sleep_ms(10);
+		tj_sleep_ms(10);
 		n = count();
 	}
 	return n;
@@ -247,39 +178,40 @@ static int settle(int (*count)(void), int limit)
 /* Close and reopen the transport repeatedly: open files, POSIX and SysV
  * shared memory come back to what the second cycle left, and every cycle
  * still carries data. */
-static void cycles_fn(struct rank *r, void *arg)
+static void cycles_fn(struct tj_rank *rk)
 {
 	int fds0 = 0, posix0 = 0, sysv0 = 0, k, n, rc;
 
 	for (k = 0; k < CYCLES; k++) {
-		one_transfer(r, 0, 1, 1u << 16, true, 130, 0, 0, (uint32_t)k);
-		dpl_transport_close(r->t);
-		r->t = NULL;
+		one_transfer(rk, 0, 1, 1u << 16, true, 130, 0, 0, (uint32_t)k);
+		tj_close(rk);
 		if (k == 1) { /* after UCX's one-time global setup */
-			sleep_ms(100);
-			fds0 = count_fds();
+			tj_sleep_ms(100);
+			fds0 = tj_count_fds();
 			posix0 = count_posix();
 			sysv0 = settle(count_sysv_mine, 0);
 		} else if (k > 1) {
-			n = settle(count_fds, fds0);
-			check(r, n <= fds0, "cycle %d: %d open files, %d "
-			      "after cycle 1", k, n, fds0);
+			n = settle(tj_count_fds, fds0);
+			TJ_CHECK(rk, n <= fds0, "cycle %d: %d open files, %d "
+				 "after cycle 1", k, n, fds0);
 			n = settle(count_posix, posix0);
-			check(r, n <= posix0, "cycle %d: mappings of "
-			      "/dev/shm/ucx* went from %d to %d", k, posix0, n);
+			TJ_CHECK(rk, n <= posix0, "cycle %d: mappings of "
+				 "/dev/shm/ucx* went from %d to %d", k, posix0,
+				 n);
 			n = settle(count_sysv_mine, sysv0);
-			check(r, n <= sysv0, "cycle %d: SysV segments went "
-			      "from %d to %d", k, sysv0, n);
+			TJ_CHECK(rk, n <= sysv0, "cycle %d: SysV segments went "
+				 "from %d to %d", k, sysv0, n);
 		}
-		rc = rank_open(r); /* a new rendezvous, as the first open */
-		check(r, rc == 0, "reopen %d: %s", k, dpl_last_error());
+		tj_meet_renew(rk); /* a new rendezvous, as the first open */
+		rc = ucx_open(rk);
+		TJ_CHECK(rk, rc == 0, "reopen %d: %s", k, dpl_last_error());
 	}
 }
 
 BOTH(open_close_cycles_leave_no_files_or_segments, 60)
 {
-	struct job job = {.n = 2, .tls = tls};
+	struct ucx_job job = {.n = 2, .tls = tls};
 
-	job_run(&job, cycles_fn, NULL);
+	ucx_job_run(&job, cycles_fn, NULL);
 }
 

@@ -1,15 +1,17 @@
 /*
- * ucx_ranks.h - run the ranks of one job as processes over loopback for
- * the UCX module's tests.
+ * ucx_ranks.h - what the UCX module's multi-rank tests add to test_job
+ * (test_job.h): the transport they open, UCX over TCP or over shared
+ * memory with the case's options, and the steps their cases share.
  *
- * The test process is rank 0; ranks 1.. are forked before anything opens
- * UCX, so no process inherits a UCX context. Each rank meets the others
- * through dpl's TCP rendezvous (dpl/bootstrap.h) on the job's root and
- * hands it to the transport as its out-of-band exchange, as a host does.
- * Every rank runs the same function; a failed check in a forked rank
- * prints where and exits with a status the test process asserts on, a
- * failed check in rank 0 kills the others first. Every wait is bounded.
- * Ranks post through the checked layer (dpl_transport_isend() ...).
+ * A case runs one job of forked ranks; each rank meets the others
+ * through dpl's TCP rendezvous on the job's loopback root, opens the
+ * UCX transport with it as its out-of-band exchange, as a host does,
+ * runs the case's function and closes. UCX_TLS is set in the test
+ * process before the ranks are forked and the test process never opens
+ * UCX, so no rank inherits a UCX context. Rank code fails through
+ * TJ_CHECK()/TJ_FAIL() and posts through the checked layer
+ * (dpl_transport_isend() ...); every wait is bounded, and a progress
+ * call that fails fails its rank.
  */
 #ifndef DPL_UCX_RANKS_H
 #define DPL_UCX_RANKS_H
@@ -17,12 +19,13 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
-#include <sys/types.h>
 
 #include <dpl/transport.h>
 #include <dpl/transport_ucx.h>
 
-#define RANKS_MAX 4
+#include "test_job.h"
+
+#define UCX_RANKS_MAX 4
 
 /* Every case runs over TCP and over shared memory. */
 #define BOTH(name, secs)                                                      \
@@ -38,67 +41,49 @@
  * timeout plus this. */
 #define LIVENESS_BOUND_MS 2000u
 
-struct job {
-	uint32_t n;               /* ranks */
-	const char *tls;          /* UCX_TLS for every rank */
-	const char *options;      /* transport options or NULL */
-	uint32_t timeout_ms;      /* transport timeout (0 = 10 s) */
-	uint32_t killed;          /* ranks the test SIGKILLs (bit mask) */
-	pid_t pid[RANKS_MAX];
-	char root[32];
+/* The rk->val entry where each rank leaves how long its rendezvous and
+ * open took, in milliseconds. */
+#define UCX_VAL_OPEN_MS 0
+
+/* One job of a case. Zero fields are defaults. */
+struct ucx_job {
+	uint32_t n;          /* ranks, 1..UCX_RANKS_MAX */
+	const char *tls;     /* UCX_TLS for every rank, or NULL */
+	const char *options; /* transport options or NULL */
+	uint32_t timeout_ms; /* transport timeout (0 = 10 s) */
+	uint32_t killed;     /* ranks (bit mask) that must end by SIGKILL:
+				through ucx_kill() or their own hand */
 };
 
-struct rank {
-	struct job *job;
-	uint32_t id;
-	dpl_transport *t;
-	const struct dpl_transport_ops *o;
-	void *ctx;
-	uint64_t open_ns; /* how long the rendezvous and the open took */
-};
+/*
+ * ucx_job_run - run fn on every rank of `job` (rk->arg is `arg`), each
+ * with the UCX transport open in rk->t around it, and assert in the
+ * test process that every rank finished and those in job->killed were
+ * killed. Logs rank 0's open time and each rank's tj_note() line.
+ */
+void ucx_job_run(const struct ucx_job *job, tj_rank_fn fn, void *arg);
 
-typedef void (*rank_fn)(struct rank *r, void *arg);
+/* Open the UCX transport into rk->t with the job's options and timeout
+ * at the job's meeting point (every rank calls it together, after
+ * tj_meet_renew() for a reopen). Returns 0 or tj_open()'s error. */
+int ucx_open(struct tj_rank *rk);
 
-/* Run fn on every rank of `job` (opened and closed around it), wait for
- * all ranks and assert they succeeded. */
-void job_run(struct job *job, rank_fn fn, void *arg);
+/* Have the test process SIGKILL rank `peer`; returns once it was sent.
+ * The peer must be in the job's killed mask. */
+void ucx_kill(struct tj_rank *rk, uint32_t peer);
 
-/* Meet the other ranks on the job's root and open the transport with the
- * job's settings into r->t and r->ctx (both ranks call it together).
- * Returns 0 or the error of the rendezvous or the open. */
-int rank_open(struct rank *r);
+/* `n` requests (tj_reqs()) filled with 0xee, so that the transport
+ * cannot rely on zeroed request storage; tj_req() picks one. */
+void *req_new(struct tj_rank *rk, size_t n);
 
-/* Fail the calling rank with a message unless cond holds. */
-#define check(r, cond, ...)                                                   \
-	rank_check((r), (cond), __FILE__, __LINE__, __VA_ARGS__)
-void rank_check(struct rank *r, bool cond, const char *file, int line,
-		const char *fmt, ...) __attribute__((format(printf, 5, 6)));
-
-/* Request storage of the transport's req_size (freed at exit). */
-void *req_new(struct rank *r);
-
-/* test + progress until the request completes or `ms` pass: the
- * request's result, or DPL_ETIMEDOUT (the request is still pending). */
-int req_wait(struct rank *r, void *req, uint32_t ms);
-
-/* Blocking helpers built on isend/irecv and req_wait (10 s bound); they
- * check success themselves. */
-void send_now(struct rank *r, uint32_t peer, uint64_t tag, const void *buf,
+/* Post, wait (10 s) and check one message of host memory. */
+void send_now(struct tj_rank *rk, uint32_t peer, uint64_t tag,
+	      const void *buf, size_t len);
+void recv_now(struct tj_rank *rk, uint32_t peer, uint64_t tag, void *buf,
 	      size_t len);
-void recv_now(struct rank *r, uint32_t peer, uint64_t tag, void *buf,
-	      size_t len);
-/* 8-byte tokens for ordering steps between ranks. */
-void token_send(struct rank *r, uint32_t peer, uint64_t tag, uint64_t v);
-uint64_t token_recv(struct rank *r, uint32_t peer, uint64_t tag);
-
-/* Progress for `ms` milliseconds. */
-void spin_ms(struct rank *r, uint32_t ms);
-
-/* Sleep for `ms` milliseconds without progress. */
-void sleep_ms(uint32_t ms);
-
-/* malloc(n) (at least 1 byte) or fail the rank. */
-unsigned char *xmalloc(struct rank *r, size_t n);
+/* 8-byte tokens for ordering steps between ranks on the data path. */
+void token_send(struct tj_rank *rk, uint32_t peer, uint64_t tag, uint64_t v);
+uint64_t token_recv(struct tj_rank *rk, uint32_t peer, uint64_t tag);
 
 /*
  * One message of `len` bytes from `from` to `to`, checked byte for byte
@@ -107,15 +92,8 @@ unsigned char *xmalloc(struct rank *r, size_t n);
  * then a token on the same path tells the receiver it is there. soff and
  * roff offset the buffers (unaligned), seed varies the pattern.
  */
-void one_transfer(struct rank *r, uint32_t from, uint32_t to, size_t len,
-		  bool expected, uint64_t tag, size_t soff, size_t roff,
-		  uint32_t seed);
-
-/* A pattern of `len` bytes that depends on every byte index and on seed;
- * pattern_bad is the first index that differs, or len when none. */
-void pattern_fill(unsigned char *buf, size_t len, uint32_t seed);
-size_t pattern_bad(const unsigned char *buf, size_t len, uint32_t seed);
-
-uint64_t mono_ns(void);
+void one_transfer(struct tj_rank *rk, uint32_t from, uint32_t to,
+		  size_t len, bool expected, uint64_t tag, size_t soff,
+		  size_t roff, uint32_t seed);
 
 #endif /* DPL_UCX_RANKS_H */

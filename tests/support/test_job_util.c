@@ -1,20 +1,85 @@
 /*
- * harness_proc.c - the state of this process that the leak and isolation
- * checks count: open descriptors, threads, /dev/shm entries (counted and
- * named), and the local addresses of its TCP/UDP sockets.
+ * test_job_util.c - the parts of test_job that need no job (see
+ * test_job.h): sleeping, data patterns, and the counts of this
+ * process's state (descriptors, threads, /dev/shm entries, sockets).
  */
 #define _GNU_SOURCE
 #include <arpa/inet.h>
 #include <dirent.h>
+#include <errno.h>
 #include <fnmatch.h>
 #include <netinet/in.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <time.h>
 #include <unistd.h>
 
-#include "harness_internal.h"
+#include "test_job_internal.h"
+
+void tj__sleep_us(unsigned us)
+{
+	struct timespec ts = {(time_t)(us / 1000000),
+			      (long)(us % 1000000) * 1000L};
+
+	nanosleep(&ts, NULL);
+}
+
+void tj_sleep_ms(unsigned ms)
+{
+	struct timespec ts = {(time_t)(ms / 1000), (long)(ms % 1000) * 1000000L};
+
+	while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
+		;
+}
+
+/* ------------------------------------------------------------------ */
+/* Data patterns                                                       */
+
+static uint64_t mix(uint64_t x)
+{
+	x += 0x9e3779b97f4a7c15ull;
+	x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+	x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+	return x ^ (x >> 31);
+}
+
+static uint64_t word_at(uint64_t seed, size_t w)
+{
+	return mix(seed * 0x100000001b3ull ^ (uint64_t)w);
+}
+
+void tj_fill(void *buf, size_t len, uint64_t seed)
+{
+	unsigned char *b = buf;
+	size_t i, w;
+	uint64_t v;
+
+	for (w = 0; w * 8 < len; w++) {
+		v = word_at(seed, w);
+		for (i = 0; i < 8 && w * 8 + i < len; i++)
+			b[w * 8 + i] = (unsigned char)(v >> (8 * i));
+	}
+}
+
+long long tj_verify(const void *buf, size_t len, uint64_t seed)
+{
+	const unsigned char *b = buf;
+	size_t i, w;
+	uint64_t v;
+
+	for (w = 0; w * 8 < len; w++) {
+		v = word_at(seed, w);
+		for (i = 0; i < 8 && w * 8 + i < len; i++)
+			if (b[w * 8 + i] != (unsigned char)(v >> (8 * i)))
+				return (long long)(w * 8 + i);
+	}
+	return -1;
+}
+
+/* ------------------------------------------------------------------ */
+/* Process state                                                       */
 
 static int count_dir(const char *path, const char *glob)
 {
@@ -36,35 +101,30 @@ static int count_dir(const char *path, const char *glob)
 	return n;
 }
 
-int conf_count_fds(void)
+int tj_count_fds(void)
 {
 	int n = count_dir("/proc/self/fd", NULL);
 
 	return n < 0 ? n : n - 1; /* the directory's own descriptor */
 }
 
-int conf_count_threads(void)
+int tj_count_threads(void)
 {
 	return count_dir("/proc/self/task", NULL);
 }
 
-int conf_count_shm(void)
+int tj_count_shm(const char *glob)
 {
-	const char *g = getenv("DPL_CONF_SHM_GLOB");
-
-	return count_dir("/dev/shm", g != NULL && *g != '\0' ? g : "*");
+	return count_dir("/dev/shm", glob);
 }
 
-char *conf_shm_snapshot(void)
+char *tj_shm_snapshot(const char *glob)
 {
-	const char *g = getenv("DPL_CONF_SHM_GLOB");
 	size_t cap = 4096, len = 0, n;
 	struct dirent *e;
 	char *list, *grown;
 	DIR *d;
 
-	if (g == NULL || *g == '\0')
-		g = "*";
 	d = opendir("/dev/shm");
 	if (d == NULL)
 		return NULL;
@@ -72,7 +132,7 @@ char *conf_shm_snapshot(void)
 	while (list != NULL && (e = readdir(d)) != NULL) {
 		if (strcmp(e->d_name, ".") == 0 ||
 		    strcmp(e->d_name, "..") == 0 ||
-		    fnmatch(g, e->d_name, 0) != 0)
+		    (glob != NULL && fnmatch(glob, e->d_name, 0) != 0))
 			continue;
 		n = strlen(e->d_name) + 1;
 		if (len + n + 1 > cap) {
@@ -102,8 +162,7 @@ static bool in_list(const char *list, const char *name)
 	return false;
 }
 
-int conf_shm_new(const char *before, const char *now, char *buf,
-		 size_t size)
+int tj_shm_new(const char *before, const char *now, char *buf, size_t size)
 {
 	int n = 0;
 
@@ -113,7 +172,7 @@ int conf_shm_new(const char *before, const char *now, char *buf,
 		if (in_list(before, now))
 			continue;
 		n++;
-		if (strlen(buf) + strlen(now) + 3 < size)
+		if (size > 0 && strlen(buf) + strlen(now) + 3 < size)
 			snprintf(buf + strlen(buf), size - strlen(buf), "%s%s",
 				 n > 1 ? ", " : "", now);
 	}
@@ -180,7 +239,7 @@ static bool ipv6_ok(const char *hex, char *addr, size_t size)
 	return IN6_IS_ADDR_V4MAPPED((struct in6_addr *)b) && b[12] == 127;
 }
 
-bool conf_sockets_loopback(char *why, size_t size, int *nsockets)
+bool tj_sockets_loopback(char *why, size_t size, int *nsockets)
 {
 	static const char *const tables[] = {"tcp", "udp", "tcp6", "udp6"};
 	unsigned long ino[512], inode;
