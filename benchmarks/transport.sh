@@ -74,7 +74,7 @@ while [ $# -gt 0 ]; do
   esac
 done
 if [ $quick = 1 ]; then max=1M; [ "$reps" = 5 ] && reps=3; fi
-[ -f "$build/libsched/libdpl.so" ] || die "no libdpl.so in $build/libsched (build dpl first, or pass --build)"
+[ -f "$build/libsched/core/libdpl.so" ] || die "no libdpl.so in $build/libsched/core (build dpl first, or pass --build)"
 out=${out:-$build/bench-transport}
 mkdir -p "$out"
 out=$(cd "$out" && pwd)
