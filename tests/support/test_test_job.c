@@ -434,6 +434,7 @@ Test(test_job, solo_oob_and_meeting_points)
 
 #define MSG 5000
 
+#if defined(TJ_TEST_INPROC) || defined(TJ_TEST_SHM)
 static void message_rank(struct tj_rank *rk)
 {
 	uint32_t peer = rk->rank ^ 1u;
@@ -484,6 +485,7 @@ static void message_rank(struct tj_rank *rk)
 	TJ_CHECK(rk, tj_progress_for(rk, 5) == 0, "progress");
 	tj_barrier(rk);
 }
+#endif
 
 #ifdef TJ_TEST_INPROC
 Test(test_job, threads_open_inproc, .timeout = 30)
