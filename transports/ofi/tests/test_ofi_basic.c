@@ -143,19 +143,6 @@ Test(ofi, sockets_provider_refused_from_environment)
 	unsetenv("FI_PROVIDER");
 }
 
-Test(ofi, bad_rank_is_rejected)
-{
-	struct dpl_transport_params p;
-	dpl_transport *t = NULL;
-
-	memset(&p, 0, sizeof p);
-	p.rank = 2;
-	p.world_size = 2;
-	p.oob = tj_solo_oob();
-	cr_assert_eq(dpl_transport_open(O, &p, &t), DPL_EINVAL);
-	cr_assert_null(t);
-}
-
 /* Every inet socket of the rank is bound to loopback (127.0.0.1 or
  * ::1). */
 static void tcp_pinned(struct tj_rank *r)
