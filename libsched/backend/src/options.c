@@ -92,6 +92,7 @@ static int one(const char *mod, const struct dpl_option *o, const char *v)
 	case DPL_OPT_BOOL:
 		return boolean(mod, o, v, o->dst);
 	case DPL_OPT_TEXT:
+	case DPL_OPT_LIST:
 		if (*v == '\0' || strlen(v) >= o->size)
 			return dpl_set_error(DPL_EINVAL,
 					  "%s: option %s='%s' is empty or "
@@ -113,10 +114,28 @@ static int one(const char *mod, const struct dpl_option *o, const char *v)
 	}
 }
 
+/* Whether the part at p (up to the next ',') is "key=value". */
+static bool has_key(const char *p)
+{
+	size_t len = strcspn(p, ",");
+
+	return memchr(p, '=', len) != NULL;
+}
+
+/* The option of `table` named key, or n when there is none. */
+static size_t find(const struct dpl_option *table, size_t n, const char *key)
+{
+	size_t i;
+
+	for (i = 0; i < n && strcmp(table[i].key, key) != 0; i++)
+		;
+	return i;
+}
+
 int dpl_options_parse(const char *module, const char *text,
 		      const struct dpl_option *table, size_t n)
 {
-	char *copy, *part, *save = NULL;
+	char *copy, *part, *next;
 	bool *given;
 	int rc = 0;
 
@@ -130,20 +149,38 @@ int dpl_options_parse(const char *module, const char *text,
 		rc = dpl_set_error(DPL_ENOMEM, "out of memory");
 		goto out;
 	}
-	for (part = strtok_r(copy, ",", &save); part != NULL && rc == 0;
-	     part = strtok_r(NULL, ",", &save)) {
-		char *v = strchr(part, '=');
+	for (part = copy; part != NULL && rc == 0; part = next) {
+		char *v, *end = strchr(part, ',');
 		size_t i;
 
-		if (v == NULL) {
+		next = end != NULL ? end + 1 : NULL;
+		if (end != NULL)
+			*end = '\0';
+		if (*part == '\0')
+			continue; /* empty parts are skipped */
+		if ((v = strchr(part, '=')) == NULL) {
 			rc = dpl_set_error(DPL_EINVAL,
 					"%s: option '%s' is not key=value",
 					module, part);
 			break;
 		}
 		*v++ = '\0';
-		for (i = 0; i < n && strcmp(table[i].key, part) != 0; i++)
-			;
+		i = find(table, n, part);
+		/* A list takes the parts without '=' that follow it. */
+		while (rc == 0 && i < n && table[i].kind == DPL_OPT_LIST &&
+		       next != NULL && !has_key(next)) {
+			end = strchr(next, ',');
+			if (next == end || *next == '\0')
+				rc = dpl_set_error(DPL_EINVAL,
+						"%s: option '%s' has an empty "
+						"value", module, part);
+			next[-1] = ',';
+			next = end != NULL ? end + 1 : NULL;
+			if (end != NULL)
+				*end = '\0';
+		}
+		if (rc != 0)
+			break;
 		if (i == n)
 			rc = dpl_set_error(DPL_EINVAL, "%s: unknown option '%s'",
 					module, part);

@@ -31,13 +31,19 @@ struct dpl_transport {
  * are these. dpl__bad_post names the broken rule and returns its code.
  */
 /* Nonzero when a post's arguments break a rule of dpl/transport.h. */
+/* Whether t takes buffers of memory kind `mem`. */
+static inline bool dpl__mem_ok(const dpl_transport *t, uint32_t mem)
+{
+	return mem == DPL_MEM_HOST || (mem == DPL_MEM_CUDA && t->mem_cuda);
+}
+
 static inline bool dpl__post_is_bad(const dpl_transport *t, uint32_t peer,
 			       uint64_t tag, const void *buf, size_t len,
 			       uint32_t mem, const void *req)
 {
 	return req == NULL || peer >= t->world_size || peer == t->rank ||
 	       tag > DPL_TAG_MAX || (buf == NULL && len > 0) ||
-	       (mem != DPL_MEM_HOST && !(mem == DPL_MEM_CUDA && t->mem_cuda));
+	       !dpl__mem_ok(t, mem);
 }
 
 int dpl__bad_post(const dpl_transport *t, const char *op, uint32_t peer,

@@ -251,7 +251,7 @@ int dpl_transport_iallreduce(dpl_transport *t, void *req,
 				  "sorted, out of range or without rank %u, or "
 				  "a bad tag or dtype", name, n,
 				  (unsigned long long)tag, dtype, t->rank);
-	if (mem != DPL_MEM_HOST && !(mem == DPL_MEM_CUDA && t->mem_cuda))
+	if (!dpl__mem_ok(t, mem))
 		return dpl__error(DPL_ENOTSUP,
 				  "%s: allreduce of memory kind %u", name, mem);
 	return t->ops->iallreduce(t->ctx, req, group, n, buf, count, dtype,

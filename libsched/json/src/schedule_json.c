@@ -372,41 +372,14 @@ done:
 
 int dpl_schedule_read_json(const char *text, size_t len, dpl_schedule **out)
 {
-	const char *end = NULL;
-	size_t line, col, pos;
 	cJSON *root;
 	int rc;
 
 	if (out == NULL || (text == NULL && len > 0))
 		return dpl_set_error(DPL_EINVAL, "text and out must not be NULL");
-	for (pos = 0; pos < len && text[pos] && strchr(" \t\r\n", text[pos]);
-	     pos++)
-		;
-	if (pos == len)
-		return dpl_set_error(DPL_EPARSE,
-				  "empty input: expected a JSON schedule");
-	root = cJSON_ParseWithLengthOpts(text, len, &end, 0);
-	if (root == NULL) {
-		pos = end && end >= text && end <= text + len
-			  ? (size_t)(end - text)
-			  : 0;
-		dpl__json_line_col(text, pos, &line, &col);
-		return dpl_set_error(DPL_EPARSE,
-				  "JSON syntax error at line %zu, column %zu",
-				  line, col);
-	}
-	for (pos = (size_t)(end - text);
-	     pos < len && text[pos] && strchr(" \t\r\n", text[pos]); pos++)
-		;
-	if (pos < len) {
-		dpl__json_line_col(text, pos, &line, &col);
-		rc = dpl_set_error(DPL_EPARSE,
-				"text after the JSON value at line %zu, "
-				"column %zu",
-				line, col);
-	} else {
-		rc = read_root(root, out);
-	}
+	if ((rc = dpl__json_parse_text(text, len, "a JSON schedule", &root)))
+		return rc;
+	rc = read_root(root, out);
 	cJSON_Delete(root);
 	return rc;
 }

@@ -34,8 +34,11 @@ enum dpl_option_kind {
 			     (powers of 1024) in [lo, hi], into uint64_t */
 	DPL_OPT_BOOL = 3, /* 1, on, yes, true / 0, off, no, false, into bool */
 	DPL_OPT_TEXT = 4, /* non-empty text shorter than `size`, into char[] */
-	DPL_OPT_ENUM = 5  /* one of `names` (NULL-terminated), its index into
+	DPL_OPT_ENUM = 5, /* one of `names` (NULL-terminated), its index into
 			     uint32_t */
+	DPL_OPT_LIST = 6  /* TEXT holding a comma-separated list: the parts
+			     without '=' that follow the key continue its
+			     value ("tls=sm,tcp,mode=x" gives "sm,tcp") */
 };
 
 /*
@@ -58,9 +61,11 @@ struct dpl_option {
  * order. `module` prefixes every message ("ofi: option slots='x' is not
  * a number"). Fields of keys that were not given are left alone, so the
  * caller fills in defaults first.
+ * Empty parts are skipped, except inside a LIST value.
  * Errors (DPL_EINVAL, naming the key and value in dpl_last_error()): a
- * part without '=', an unknown key, a key given twice, a value out of
- * range or not of its kind. On error the fields may be partly filled;
+ * part without '=' (other than a LIST's), an empty item of a LIST, an
+ * unknown key, a key given twice, a value out of range or not of its
+ * kind. On error the fields may be partly filled;
  * the caller discards them. DPL_ENOMEM. Does not block.
  */
 DPL_EXTERN int dpl_options_parse(const char *module, const char *text,
