@@ -1,0 +1,580 @@
+"""Pipeline schedules: dpl's action lists, from Python.
+
+A :class:`Schedule` owns one C ``dpl_schedule``: an ordered list of
+:class:`Action` per rank of one pipeline. Build one with :func:`schedule`
+(a policy), :meth:`Schedule.from_lists` (by hand), :meth:`Schedule.from_csv`
+(PyTorch's ``torch.distributed.pipelining`` CSV) or
+:meth:`Schedule.from_json` (dpl's schedule file). Actions print in
+PyTorch's notation (``"0F3"``, ``"1SEND_B2"``), so lists move between the
+two unchanged.
+
+Threads: a Schedule is not locked. Concurrent readers are safe (every
+method but :meth:`Schedule.close` only reads); closing needs exclusive
+access. Nothing here blocks.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import numbers
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Iterable, Sequence, Union
+
+from . import _schedule_capi as capi
+from ._schedule_capi import bad as _bad, int_seq as _seq, to_int as _int, to_num as _num
+from ._schedule_capi import u64_array as _u64_array
+from .errors import InvalidArgument, check, error_for
+
+if TYPE_CHECKING:
+    from .sim import SimResult
+
+__all__ = ["Action", "StageCost", "Schedule", "ScheduleIssue", "ScheduleError",
+           "schedule", "KINDS", "POLICIES"]
+
+#: Action kinds in the order of ``enum dpl_action_kind`` (stable).
+KINDS = ("F", "B", "I", "W", "SEND_F", "RECV_F", "SEND_B", "RECV_B",
+         "REDUCE_GRAD", "STEP")
+#: Policy names in the order of ``enum dpl_policy``; all but "custom" build.
+POLICIES = ("gpipe", "1f1b", "1f1b-comm", "bounded", "interleaved", "zb-h1",
+            "custom")
+_KIND_INDEX = {k: i for i, k in enumerate(KINDS)}
+_NO_MB = ("REDUCE_GRAD", "STEP")
+_ESCHED, _EDEADLOCK = -4002, -4003
+
+
+@dataclass(frozen=True)
+class Action:
+    """One action of a rank's list (``struct dpl_action``).
+
+    ``kind`` is one of :data:`KINDS`; ``stage`` the global stage index (the
+    sender's for SEND_*, the receiver's for RECV_*, as in PyTorch);
+    ``microbatch`` the micro-batch, None exactly for REDUCE_GRAD and STEP.
+    ``str(a)`` is PyTorch's notation (``dpl_action_format``); the inverse
+    is :meth:`parse`. Immutable and hashable. Raises TypeError for
+    wrong types and InvalidArgument naming a bad kind or index.
+    """
+
+    kind: str
+    stage: int
+    microbatch: int | None = None
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.kind, str):
+            raise TypeError(f"Action kind must be a str (got {self.kind!r})")
+        if self.kind not in _KIND_INDEX:
+            raise _bad(f"action kind '{self.kind}' is not one of {', '.join(KINDS)}")
+        object.__setattr__(self, "stage", _int("Action stage", self.stage, 0,
+                                               capi.U32_MAX - 1))
+        if self.kind in _NO_MB:
+            if self.microbatch is not None:
+                raise _bad(f"{self.kind} carries no micro-batch (got {self.microbatch!r})")
+        elif self.microbatch is None:
+            raise _bad(f"{self.kind} needs a micro-batch")
+        else:
+            object.__setattr__(self, "microbatch", _int(
+                "Action microbatch", self.microbatch, 0, capi.U32_MAX - 1))
+
+    @property
+    def is_compute(self) -> bool:
+        """True for F, B, I and W."""
+        return self.kind in ("F", "B", "I", "W")
+
+    def __str__(self) -> str:
+        buf = ctypes.create_string_buffer(capi.ACTION_TEXT_MAX)
+        n = check(capi.core().dpl_action_format(self._to_c(), buf, len(buf)))
+        return buf.raw[:n].decode()
+
+    @classmethod
+    def parse(cls, text: str) -> "Action":
+        """Parse PyTorch's notation (``"0F3"``, ``"2REDUCE_GRAD"``) with
+        ``dpl_action_parse``. Raises TypeError for a non-str and
+        InvalidArgument (DPL_EPARSE, naming the text) when malformed."""
+        if not isinstance(text, str):
+            raise TypeError(f"Action.parse needs a str (got {text!r})")
+        raw = text.encode("utf-8")
+        out = capi.CAction()
+        check(capi.core().dpl_action_parse(raw, len(raw), ctypes.byref(out)))
+        return cls._from_c(out)
+
+    def _to_c(self) -> capi.CAction:
+        mb = capi.NO_MICROBATCH if self.microbatch is None else self.microbatch
+        return capi.CAction(_KIND_INDEX[self.kind], self.stage, mb)
+
+    @classmethod
+    def _from_c(cls, a: capi.CAction) -> "Action":
+        mb = None if a.microbatch == capi.NO_MICROBATCH else a.microbatch
+        return cls(KINDS[a.kind], a.stage, mb)
+
+    @classmethod
+    def _coerce(cls, x: Union["Action", str]) -> "Action":
+        if isinstance(x, Action):
+            return x
+        if isinstance(x, str):
+            return cls.parse(x)
+        raise TypeError(f"expected an Action or its text (got {x!r})")
+
+
+@dataclass(frozen=True)
+class StageCost:
+    """Compute costs of one stage for one micro-batch (``struct
+    dpl_stage_cost``), in any time unit. ``i`` and ``w`` split the backward
+    for zb-h1; 0 means ``b / 2``. A tuple ``(f, b)`` or ``(f, b, i, w)`` is
+    accepted wherever a StageCost is. Raises TypeError for non-numbers and
+    InvalidArgument for negative, non-finite or all-zero costs."""
+
+    f: float = 1.0
+    b: float = 2.0
+    i: float = 0.0
+    w: float = 0.0
+
+    def __post_init__(self) -> None:
+        for k in ("f", "b", "i", "w"):
+            object.__setattr__(self, k, _num(f"StageCost.{k}", getattr(self, k)))
+        if self.f + self.b + self.i + self.w <= 0:
+            raise _bad("StageCost: at least one cost must be > 0 (got all 0)")
+
+    def resolved(self) -> "StageCost":
+        """This cost with its defaults filled in (``dpl_stage_cost_resolve``:
+        a zero I or W is B / 2)."""
+        c = capi.core().dpl_stage_cost_resolve(self._to_c())
+        return StageCost(c.f, c.b, c.i, c.w)
+
+    def _to_c(self) -> capi.CStageCost:
+        return capi.CStageCost(self.f, self.b, self.i, self.w)
+
+    @classmethod
+    def _coerce(cls, x: Any) -> "StageCost":
+        if isinstance(x, StageCost):
+            return x
+        if isinstance(x, (tuple, list)) and len(x) in (2, 4):
+            return cls(*x)
+        raise TypeError(f"a stage cost is a StageCost, (f, b) or (f, b, i, w) (got {x!r})")
+
+
+CostsArg = Union[None, StageCost, Sequence[float], Sequence[Union[StageCost, Sequence[float]]]]
+
+
+def _is_one_cost(x: Any) -> bool:
+    return isinstance(x, StageCost) or (
+        isinstance(x, (tuple, list)) and len(x) in (2, 4) and
+        all(isinstance(v, numbers.Real) and not isinstance(v, bool) for v in x))
+
+
+def _costs(costs: CostsArg, n: int) -> StageCost | tuple[StageCost, ...] | None:
+    """None, one StageCost for every stage, or a tuple of n StageCosts."""
+    if costs is None:
+        return None
+    if _is_one_cost(costs):
+        return StageCost._coerce(costs)
+    if isinstance(costs, (str, bytes)) or not isinstance(costs, Iterable):
+        raise TypeError(f"costs must be a StageCost, (f, b[, i, w]) or one per stage (got {costs!r})")
+    items = list(costs)
+    if items and all(isinstance(v, numbers.Real) for v in items):
+        raise TypeError(f"a stage cost is (f, b) or (f, b, i, w) (got {costs!r})")
+    per = tuple(StageCost._coerce(c) for c in items)
+    if len(per) != n:
+        raise _bad(f"costs: {len(per)} values for {n} stages")
+    return per
+
+
+def _cost_array(c: StageCost | tuple[StageCost, ...], n: int) -> ctypes.Array:
+    per = c if isinstance(c, tuple) else (c,) * n
+    return (capi.CStageCost * n)(*(x._to_c() for x in per))
+
+
+@dataclass(frozen=True)
+class ScheduleIssue:
+    """Where and why a schedule is invalid (``struct dpl_schedule_issue``).
+
+    ``code`` is DPL_ESCHED or DPL_EDEADLOCK (``name`` its symbol), ``rank``
+    and ``position`` locate the offending ``action`` (None when the action
+    itself is malformed), ``message`` is dpl's text
+    ("rank 1, position 4 (1B2): ...")."""
+
+    code: int
+    name: str
+    rank: int
+    position: int
+    action: Action | None
+    message: str
+
+
+class ScheduleError(InvalidArgument):
+    """A schedule breaks a rule of ``dpl_schedule_validate``; ``issues``
+    holds the :class:`ScheduleIssue` found (dpl reports the first one:
+    rule 6, deadlock, names the first blocked action of the lowest blocked
+    rank). Its message is the issues' messages."""
+
+    def __init__(self, code: int, name: str, message: str, issues: Sequence[ScheduleIssue]):
+        super().__init__(code, name, message)
+        self.issues = list(issues)
+
+
+class Schedule:
+    """One pipeline's action lists; owns a C ``dpl_schedule``.
+
+    Not built directly: use :func:`schedule`, :meth:`from_lists`,
+    :meth:`from_csv` or :meth:`from_json`. The C object is freed by
+    :meth:`close`, by leaving a ``with`` block, or when the Schedule is
+    garbage collected. ``_ptr`` is the ``dpl_schedule *`` for other parts
+    of dpl (a runner): keep the Schedule alive and open while they use it.
+    Methods that derive a schedule (:meth:`lower`, :meth:`clone`) return a
+    new one and leave this one unchanged.
+    """
+
+    def __init__(self, ptr: ctypes.c_void_p, costs: StageCost | tuple[StageCost, ...] | None = None):
+        if not isinstance(ptr, ctypes.c_void_p) or not ptr.value:
+            raise TypeError("Schedule() takes a dpl_schedule pointer; use dpl.schedule() "
+                            "or Schedule.from_lists/from_csv/from_json")
+        self._p: ctypes.c_void_p | None = ptr
+        self._destroy = capi.core().dpl_schedule_destroy
+        #: Default per-stage costs for simulate/timeline/trace (from schedule()).
+        self.costs = costs
+
+    # -- lifetime ---------------------------------------------------------
+    @property
+    def _ptr(self) -> ctypes.c_void_p:
+        """The ``dpl_schedule *`` (owned by this Schedule). ValueError once closed."""
+        if self._p is None:
+            raise ValueError("dpl: the schedule is closed")
+        return self._p
+
+    def close(self) -> None:
+        """Free the C schedule now; later calls raise ValueError. Idempotent."""
+        p, self._p = self._p, None
+        if p is not None:
+            self._destroy(p)
+
+    def __del__(self) -> None:
+        try:
+            self.close()
+        except Exception:  # interpreter shutdown
+            pass
+
+    def __enter__(self) -> "Schedule":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    @classmethod
+    def _adopt(cls, fill, costs=None) -> "Schedule":
+        """Run ``fill(byref(ptr))`` (a C constructor) and own the result."""
+        p = ctypes.c_void_p()
+        check(fill(ctypes.byref(p)))
+        return cls(p, costs)
+
+    # -- shape ------------------------------------------------------------
+    @property
+    def policy(self) -> str:
+        """The policy name ("1f1b", ..., "custom" for loaded/hand-built)."""
+        return capi.core().dpl_policy_name(capi.core().dpl_schedule_policy(self._ptr)).decode()
+
+    @property
+    def ranks(self) -> int:
+        """Number of ranks (lists)."""
+        return capi.core().dpl_schedule_ranks(self._ptr)
+
+    @property
+    def stages(self) -> int:
+        """Number of stages (ranks * chunks for interleaved)."""
+        return capi.core().dpl_schedule_stages(self._ptr)
+
+    @property
+    def microbatches(self) -> int:
+        """Number of micro-batches per iteration."""
+        return capi.core().dpl_schedule_microbatches(self._ptr)
+
+    @property
+    def lowered(self) -> bool:
+        """True once communication, REDUCE_GRAD and STEP are in the lists."""
+        return bool(capi.core().dpl_schedule_is_lowered(self._ptr))
+
+    @property
+    def action_count(self) -> int:
+        """Total number of actions over all ranks."""
+        return capi.core().dpl_schedule_action_count(self._ptr)
+
+    def _stage(self, stage: Any) -> int:
+        s = _int("stage", stage)
+        if s >= self.stages:
+            raise _bad(f"stage {s} out of range (0..{self.stages - 1})")
+        return s
+
+    def stage_rank(self, stage: int) -> int:
+        """The rank that runs ``stage``; InvalidArgument when out of range."""
+        return capi.core().dpl_schedule_stage_rank(self._ptr, self._stage(stage))
+
+    @property
+    def stage_ranks(self) -> list[int]:
+        """``stage_rank(s)`` for every stage."""
+        return [self.stage_rank(s) for s in range(self.stages)]
+
+    def bound(self, stage: int) -> int:
+        """The most micro-batches ``stage`` keeps alive (forward done,
+        backward or W not yet) anywhere in its list (``dpl_schedule_bound``)."""
+        return capi.core().dpl_schedule_bound(self._ptr, self._stage(stage))
+
+    def cap(self, stage: int) -> int:
+        """The memory cap validate() enforces on ``stage``; 0 = none."""
+        return capi.core().dpl_schedule_cap(self._ptr, self._stage(stage))
+
+    def actions(self, rank: int) -> list[Action]:
+        """A copy of ``rank``'s list; InvalidArgument when out of range."""
+        r = _int("rank", rank)
+        if r >= self.ranks:
+            raise _bad(f"rank {r} out of range (0..{self.ranks - 1})")
+        n = ctypes.c_size_t()
+        a = capi.core().dpl_schedule_actions(self._ptr, r, ctypes.byref(n))
+        return [Action._from_c(a[k]) for k in range(n.value)]
+
+    def lists(self) -> list[list[Action]]:
+        """``actions(r)`` for every rank."""
+        return [self.actions(r) for r in range(self.ranks)]
+
+    def __repr__(self) -> str:
+        if self._p is None:
+            return "<Schedule (closed)>"
+        return (f"<Schedule policy={self.policy!r} stages={self.stages} ranks={self.ranks} "
+                f"microbatches={self.microbatches} lowered={self.lowered}>")
+
+    # -- derived schedules --------------------------------------------------
+    def clone(self) -> "Schedule":
+        """A deep copy (same policy, caps, mapping, lists and costs)."""
+        return Schedule._adopt(lambda out: capi.core().dpl_schedule_clone(self._ptr, out),
+                               self.costs)
+
+    def lower(self) -> "Schedule":
+        """A new schedule with SEND/RECV, REDUCE_GRAD and STEP added
+        (``dpl_schedule_lower``); this one is unchanged. Raises
+        InvalidArgument when already lowered, ScheduleError (with
+        ``issues``) when the compute lists are invalid."""
+        c = self.clone()
+        rc = capi.core().dpl_schedule_lower(c._ptr)
+        if rc in (_ESCHED, _EDEADLOCK):
+            c.validate()
+        if rc < 0:
+            c.close()
+            check(rc)
+        return c
+
+    def _compute_only(self) -> "Schedule":
+        lists = [[a for a in l if a.is_compute] for l in self.lists()]
+        s = Schedule.from_lists(self.ranks, self.stages, self.microbatches, lists,
+                                self.stage_ranks, policy=self.policy)
+        for st in range(self.stages):
+            check(capi.core().dpl_schedule_set_cap(s._ptr, st, self.cap(st)))
+        s.costs = self.costs
+        return s
+
+    # -- validation -------------------------------------------------------
+    def validate(self) -> None:
+        """Check every rule of ``dpl_schedule_validate`` (placement, one F
+        and one B or I+W per (stage, micro-batch), order, caps, matched
+        communication, no deadlock). Returns None; raises ScheduleError
+        (an InvalidArgument) carrying ``issues`` otherwise."""
+        iss = capi.CScheduleIssue()
+        rc = capi.core().dpl_schedule_validate(self._ptr, ctypes.byref(iss))
+        if rc == 0:
+            return
+        err = error_for(rc)
+        try:
+            act = Action._from_c(iss.action)
+        except (IndexError, InvalidArgument, TypeError):
+            act = None
+        msg = iss.message.decode("utf-8", "replace")
+        issue = ScheduleIssue(rc, err.name, iss.rank, iss.position, act, msg)
+        raise ScheduleError(rc, err.name, msg, [issue])
+
+    # -- files ------------------------------------------------------------
+    def to_csv(self, comms: bool = False) -> str:
+        """PyTorch's CSV form: one line per rank, actions comma separated.
+
+        ``comms=False`` writes the compute actions only (PyTorch's
+        compute-only format, what ``_load_csv`` reads); ``comms=True`` the
+        lowered lists (this schedule's, or those of ``self.lower()`` when it
+        is not lowered). Raises InvalidArgument when a rank has no action
+        or a stage none (a CSV places each stage by the line holding it).
+        """
+        if comms and not self.lowered:
+            with self.lower() as low:
+                return low.to_csv(comms=True)
+        if not comms and self.lowered:
+            with self._compute_only() as c:
+                return c.to_csv()
+        fn = capi.csv().dpl_schedule_write_csv
+        return capi.write_to_string(lambda f: fn(self._ptr, f))
+
+    @classmethod
+    def from_csv(cls, text: str | bytes, *, policy: str | None = None) -> "Schedule":
+        """Load PyTorch's CSV (``dpl_schedule_read_csv``): ranks = lines,
+        stages and micro-batches = largest indices + 1, each stage on the
+        line that holds it; a file with SEND/RECV loads as lowered. The
+        lists are not validated (call :meth:`validate`). ``policy`` records
+        the policy the file was built by (default "custom"). Raises
+        InvalidArgument (DPL_EPARSE, "line L, field K: ...")."""
+        raw = _text(text, "from_csv")
+        s = cls._adopt(lambda out: capi.csv().dpl_schedule_read_csv(raw, len(raw), out))
+        if policy is not None:
+            check(capi.core().dpl_schedule_set_policy(s._ptr, _policy(policy, custom=True)))
+        return s
+
+    def to_json(self) -> str:
+        """dpl's schedule file, version 1 (``dpl_schedule_write_json``):
+        keeps policy, caps, the stage mapping and empty lists."""
+        fn = capi.json().dpl_schedule_write_json
+        return capi.write_to_string(lambda f: fn(self._ptr, f))
+
+    @classmethod
+    def from_json(cls, text: str | bytes) -> "Schedule":
+        """Load a version 1 schedule file (``dpl_schedule_read_json``); not
+        validated. Raises InvalidArgument (DPL_EPARSE naming the JSON path)."""
+        raw = _text(text, "from_json")
+        return cls._adopt(lambda out: capi.json().dpl_schedule_read_json(raw, len(raw), out))
+
+    @classmethod
+    def from_lists(cls, ranks: int, stages: int, microbatches: int,
+                   lists: Sequence[Sequence[Action | str]],
+                   stage_rank: Sequence[int] | None = None, *,
+                   policy: str = "custom", caps: int | Sequence[int] | None = None) -> "Schedule":
+        """A schedule built by hand (``dpl_schedule_create``, ``map_stage``,
+        ``append``): ``lists[r]`` is rank r's order, as Actions or their
+        text. Stage s runs on ``stage_rank[s]`` (default s % ranks).
+        ``caps`` sets the validator's cap per stage (int: all stages).
+        Appending checks only ranges and placement (InvalidArgument naming
+        the action); the rest is :meth:`validate`'s job. A list holding a
+        communication action makes the schedule lowered."""
+        R = _int("ranks", ranks, 1)
+        S = _int("stages", stages, 1)
+        M = _int("microbatches", microbatches, 1)
+        if isinstance(lists, (str, bytes)) or len(lists) != R:
+            raise _bad(f"lists: {len(lists)} lists for {R} ranks")
+        parsed = [[Action._coerce(a) for a in l] for l in lists]
+        lib = capi.core()
+        s = cls._adopt(lambda out: lib.dpl_schedule_create(R, S, M, out))
+        try:
+            if stage_rank is not None:
+                if len(stage_rank) != S:
+                    raise _bad(f"stage_rank: {len(stage_rank)} values for {S} stages")
+                for st, r in enumerate(stage_rank):
+                    check(lib.dpl_schedule_map_stage(s._ptr, st, _int(f"stage_rank[{st}]", r)))
+            if caps is not None:
+                vals = [caps] * S if isinstance(caps, numbers.Integral) else list(caps)
+                if len(vals) != S:
+                    raise _bad(f"caps: {len(vals)} values for {S} stages")
+                for st, c in enumerate(vals):
+                    check(lib.dpl_schedule_set_cap(s._ptr, st, _int(f"caps[{st}]", c)))
+            for r, l in enumerate(parsed):
+                for a in l:
+                    check(lib.dpl_schedule_append(s._ptr, r, a._to_c()))
+            check(lib.dpl_schedule_set_policy(s._ptr, _policy(policy, custom=True)))
+        except BaseException:
+            s.close()
+            raise
+        return s
+
+    # -- simulation (dpl.sim) ----------------------------------------------
+    def simulate(self, costs: CostsArg = None, latency: float = 0.0, **kw: Any) -> "SimResult":
+        """Replay the lists with ``dpl_sim_run``; see :func:`dpl.sim.simulate`
+        for every keyword (bandwidth, activation_bytes, replicas, ...).
+        ``costs=None`` uses the costs given to :func:`schedule`, else F=1,
+        B=2. Raises ScheduleError for invalid lists, InvalidArgument for
+        bad parameters."""
+        from . import sim
+        return sim.simulate(self, costs=costs, latency=latency, **kw)
+
+    def timeline(self, costs: CostsArg = None, **kw: Any) -> str:
+        """The ASCII timeline ``dpl schedule`` prints (one row per rank);
+        see :func:`dpl.sim.timeline` (unit, width and simulate's keywords)."""
+        from . import sim
+        return sim.timeline(self, costs=costs, **kw)
+
+    def trace(self, path: Any, costs: CostsArg = None, **kw: Any) -> None:
+        """Write the Chrome/Perfetto trace ``dpl simulate --trace`` writes,
+        atomically (temporary file, then rename); see :func:`dpl.sim.trace`."""
+        from . import sim
+        sim.trace(self, path, costs=costs, **kw)
+
+
+def _text(text: str | bytes, who: str) -> bytes:
+    if isinstance(text, str):
+        return text.encode("utf-8")
+    if isinstance(text, (bytes, bytearray, memoryview)):
+        return bytes(text)
+    raise TypeError(f"{who} needs str or bytes (got {type(text).__name__})")
+
+
+def _policy(name: Any, custom: bool = False) -> int:
+    if not isinstance(name, str):
+        raise TypeError(f"policy must be a str (got {name!r})")
+    out = ctypes.c_int()
+    check(capi.core().dpl_policy_parse(name.encode("utf-8"), ctypes.byref(out)))
+    if out.value == capi.POLICY_CUSTOM and not custom:
+        raise _bad("policy 'custom' cannot be built; use Schedule.from_lists")
+    return out.value
+
+
+def schedule(policy: str, stages: int, microbatches: int, *, chunks: int | None = None,
+             cap: int | Sequence[int] | None = None,
+             cap_bytes: int | Sequence[int] | None = None,
+             activation_bytes: int | Sequence[int] | None = None,
+             costs: CostsArg = None) -> Schedule:
+    """Build a policy's compute-only lists (``dpl_schedule_build``).
+
+    ``policy``: "gpipe", "1f1b", "1f1b-comm", "bounded", "interleaved" or
+    "zb-h1". ``stages`` S (ranks for interleaved, which has S * chunks
+    stages), ``microbatches`` M. ``chunks``: interleaved's V >= 2.
+    ``cap`` (int or one per stage) or ``cap_bytes`` with
+    ``activation_bytes`` (int or one per stage): bounded's memory cap.
+    ``costs``: one StageCost / ``(f, b[, i, w])`` for every stage or one
+    per stage; bounded picks its order under them, and the Schedule keeps
+    them as the default of simulate/timeline/trace.
+    Raises TypeError for wrong types, InvalidArgument with dpl's message
+    naming the bad value (unknown policy, stages=0, a partial interleaved
+    group, ...). Does not block.
+    """
+    pol = _policy(policy)
+    S = _int("stages", stages, 1)
+    M = _int("microbatches", microbatches, 1)
+    name = POLICIES[pol]
+    if chunks is not None:
+        chunks = _int("chunks", chunks)
+        if chunks > 1 and name != "interleaved":
+            raise _bad(f"chunks {chunks}: only policy interleaved takes chunks "
+                       f"(got policy '{name}')")
+    if name == "interleaved" and (chunks is None or chunks < 2):
+        raise _bad(f"interleaved: chunks must be >= 2 (got {chunks})")
+    bounded = name == "bounded"
+    for k, v in (("cap", cap), ("cap_bytes", cap_bytes), ("activation_bytes", activation_bytes)):
+        if v is not None and not bounded:
+            raise _bad(f"{k}: only policy bounded takes a cap (got policy '{name}')")
+    if bounded and cap is None and cap_bytes is None:
+        raise _bad("policy bounded needs cap= (int or one per stage) or cap_bytes= "
+                   "with activation_bytes=")
+    if cap is not None and cap_bytes is not None:
+        raise _bad("policy bounded: give cap or cap_bytes, not both")
+    if cap_bytes is not None and activation_bytes is None:
+        raise _bad("cap_bytes needs activation_bytes (int or one per stage)")
+    n_stages = S * (chunks if name == "interleaved" else 1)
+    c = _costs(costs, n_stages)
+    p = capi.CScheduleParams(stages=S, microbatches=M, policy=pol, chunks=chunks or 0)
+    keep: list[Any] = []
+    if cap is not None:
+        if isinstance(cap, numbers.Integral) and not isinstance(cap, bool):
+            p.cap_all = _int("cap", cap, 1)
+        else:
+            arr = (ctypes.c_uint32 * S)(*(_int(f"cap[{k}]", x, 1) for k, x in
+                                          enumerate(_seq("cap", cap, S))))
+            keep.append(arr)
+            p.cap_mb = ctypes.cast(arr, ctypes.POINTER(ctypes.c_uint32))
+    if cap_bytes is not None:
+        cb, ab = _u64_array("cap_bytes", cap_bytes, S), _u64_array("activation_bytes",
+                                                                  activation_bytes, S, 1)
+        keep += [cb, ab]
+        p.cap_bytes = ctypes.cast(cb, ctypes.POINTER(ctypes.c_uint64))
+        p.activation_bytes = ctypes.cast(ab, ctypes.POINTER(ctypes.c_uint64))
+    if c is not None:
+        arr = _cost_array(c, n_stages)
+        keep.append(arr)
+        p.costs = ctypes.cast(arr, ctypes.POINTER(capi.CStageCost))
+    return Schedule._adopt(lambda out: capi.core().dpl_schedule_build(ctypes.byref(p), out), c)

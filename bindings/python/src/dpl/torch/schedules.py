@@ -1,0 +1,361 @@
+"""dpl.torch's schedule classes: the API of ``torch.distributed.pipelining``
+(``ScheduleGPipe``, ``Schedule1F1B``, ``ScheduleInterleaved1F1B``) on dpl's
+runner, and ``ScheduleDAPPLE`` for what PyTorch lacks (uneven per-stage
+replication, every dpl policy, any micro-batch count the policy accepts).
+
+``step(*args, target=None, losses=None)`` has PyTorch's semantics: the
+first stage takes the whole batch and splits it into micro-batches along
+dimension 0 (sizes differ by at most one, larger first, as
+``torch.tensor_split``); the last stage takes the target, appends each
+micro-batch's loss to ``losses`` and returns the outputs concatenated;
+other ranks return None. Gradients accumulate in the parameters' ``.grad``
+(divided by the number of micro-batches when ``scale_grads``); the caller
+runs the optimizer, as with PyTorch.
+
+Replicas (ScheduleDAPPLE): pipeline rank p runs ``replicas[p]`` copies of
+its stage, each on its share of every micro-batch; the last stage weighs a
+share's loss by its size over the micro-batch's (so ``loss_fn`` must average
+over samples, like ``reduction="mean"``), and dpl sums each stage's
+gradients over its replicas in a fixed order. ``losses`` then holds this
+replica's shares; their sum over replicas is the micro-batch's loss.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Callable, Sequence
+
+import torch
+
+from .. import errors, world as dpl_world
+from ..runner import Runner, dtype_code, split
+from ..schedule import schedule as build_schedule
+from .stage import PipelineStage, _bad, nbytes_per_sample, split_replicas
+
+_META_BYTES = 2048
+
+
+class _PipelineSchedule:
+    _policy = "1f1b"
+
+    def __init__(self, stages: PipelineStage | Sequence[PipelineStage], n_microbatches: int,
+                 loss_fn: Callable | None = None, args_chunk_spec: Any = None,
+                 kwargs_chunk_spec: Any = None, output_merge_spec: Any = None,
+                 scale_grads: bool = True, *, policy: str | None = None,
+                 replicas: Sequence[int] | None = None, transport: str | None = None,
+                 timeout: float = 60.0, world: Any = None, **policy_options: Any):
+        st = [stages] if isinstance(stages, PipelineStage) else list(stages)
+        if not st or not all(isinstance(s, PipelineStage) for s in st):
+            raise _bad("stages must be a PipelineStage or a non-empty list of them")
+        if not isinstance(n_microbatches, int) or isinstance(n_microbatches, bool) or n_microbatches < 1:
+            raise _bad(f"n_microbatches must be an int >= 1 (got {n_microbatches!r})")
+        if args_chunk_spec is not None or kwargs_chunk_spec is not None or output_merge_spec is not None:
+            raise _bad("dpl.torch splits inputs and merges outputs along dimension 0 only "
+                       "(args_chunk_spec, kwargs_chunk_spec and output_merge_spec must be None)")
+        S = st[0].num_stages
+        if any(s.num_stages != S for s in st):
+            raise _bad(f"stages disagree on num_stages: {[s.num_stages for s in st]}")
+        self._stages = {s.stage_index: s for s in st}
+        if len(self._stages) != len(st):
+            raise _bad(f"stage indices repeat: {[s.stage_index for s in st]}")
+        self._n_microbatches = n_microbatches
+        self._loss_fn = loss_fn
+        self._scale_grads = scale_grads
+        self._policy_name = policy or self._policy
+        self._replicas = list(replicas) if replicas is not None else None
+        self._transport_name = transport
+        self._timeout = timeout
+        self._world = world or st[0].world
+        self._options = policy_options
+        self._runner: Runner | None = None
+        self._batch: int | None = None
+        self._failed: BaseException | None = None
+        if loss_fn is None:
+            raise _bad("loss_fn is required: dpl's schedules train (forward and backward); "
+                       "pass the same loss_fn on every rank, as with PyTorch")
+
+    # ---------------------------------------------------------------
+    def step(self, *args: Any, target: Any = None, losses: list | None = None,
+             **kwargs: Any) -> Any:
+        """Run one iteration (forward and backward of every micro-batch).
+
+        Args: the whole batch's inputs on the first stage (positional and
+        keyword); ``target`` and ``losses`` (a list to append the
+        per-micro-batch losses to) on the last. Blocks until this rank's
+        part is done; every wait is bounded by ``timeout``.
+        Returns the merged output on the last stage, None elsewhere.
+        Raises: the exception of this rank's stage; dpl.PeerError naming
+        the rank that failed; dpl.TimeoutError; InvalidArgument for inputs
+        that do not match the first step's shapes.
+        """
+        if self._failed is not None:
+            raise errors.Error(errors.ECANCELED, "DPL_ECANCELED",
+                               f"an earlier step failed ({self._failed}); build a new schedule")
+        first = self._stages.get(0)
+        last = self._stages.get(next(iter(self._stages.values())).num_stages - 1)
+        if first is not None:
+            if not args and not kwargs:
+                raise _bad("the first stage's step() needs the batch's inputs")
+            b = _batch_of(args, kwargs)
+        else:
+            b = None
+        if last is not None and self._loss_fn is not None and target is None:
+            raise _bad("the last stage's step() needs target= when loss_fn is given")
+        self._args, self._kwargs, self._target = args, kwargs, target
+        self._outputs: dict[int, list] = {}
+        self._losses: dict[int, Any] = {}
+        try:
+            if self._runner is None:
+                self._setup(args, kwargs, b)
+            elif b is not None and b != self._batch:
+                raise _bad(f"batch of {b} samples; the first step had {self._batch} "
+                           "(dpl fixes the batch at the first step)")
+            for s in self._stages.values():
+                s.bind_grads()
+            self._runner.step()
+        except BaseException as e:
+            self._failed = e
+            raise
+        finally:
+            self._args = self._kwargs = self._target = None
+            for s in self._stages.values():
+                s.state.clear()
+        if last is None:
+            return None
+        if losses is not None:
+            losses.extend(self._losses[j] for j in sorted(self._losses))
+        outs = [t for j in sorted(self._outputs) for t in self._outputs[j]]
+        return torch.cat(outs) if outs else None
+
+    # ---------------------------------------------------------------
+    def _setup(self, args: tuple, kwargs: dict, batch: int | None) -> None:
+        w = self._world if self._world is not None else dpl_world.current(timeout=self._timeout)
+        self._world = w
+        S = next(iter(self._stages.values())).num_stages
+        V = len(self._stages)
+        if S % V:
+            raise _bad(f"{S} stages do not split into {V} stages per rank")
+        P = S // V
+        reps = self._replicas or [1] * P
+        if len(reps) != P:
+            raise _bad(f"replicas has {len(reps)} values for {P} pipeline ranks")
+        if sum(reps) != w.world_size:
+            raise _bad(f"the layout needs {sum(reps)} ranks (replicas {reps}); the world has "
+                       f"{w.world_size}")
+        prank, self._replica = split_replicas(w.rank, reps)
+        M = self._n_microbatches
+        opts = dict(self._options)
+        if V > 1:
+            opts.setdefault("chunks", V)
+        sched = build_schedule(self._policy_name, P if V > 1 else S, M, **opts).lower()
+        mine = sorted(s for s in range(S) if sched.stage_rank(s) == prank)
+        if mine != sorted(self._stages):
+            raise _bad(f"rank {w.rank} (pipeline rank {prank}) runs stages {mine} under "
+                       f"{self._policy_name}; it was given stages {sorted(self._stages)}")
+        base = [sum(reps[:p]) for p in range(P)]
+        metas: list[tuple | None] = [None] * S
+        for s in range(S):
+            owner = base[sched.stage_rank(s)]
+            blob = b""
+            if s in self._stages and self._replica == 0:
+                st = self._stages[s]
+                in_meta = metas[s - 1] if s > 0 else None
+                st.in_meta = in_meta
+                out = st.infer_output(in_meta, args, kwargs) if not st.is_last else None
+                d = {"shape": list(out[0]) if out else None,
+                     "dtype": str(out[1]).replace("torch.", "") if out else None}
+                if s == 0:
+                    d["batch"] = batch
+                blob = json.dumps(d).encode()
+                if len(blob) > _META_BYTES:
+                    raise _bad(f"stage {s}: output shape too large to describe")
+            got = w.allgather(blob.ljust(_META_BYTES))
+            d = json.loads(got[owner].rstrip(b" ") or b"{}")
+            if s == 0:
+                self._batch = d.get("batch")
+            metas[s] = (tuple(d["shape"]), getattr(torch, d["dtype"])) if d.get("shape") is not None else None
+        for s, st in self._stages.items():
+            st.in_meta = metas[s - 1] if s > 0 else None
+            st.out_meta = metas[s]
+        ab = [nbytes_per_sample(m) if m is not None else 0 for m in metas]
+        if self._batch is None or self._batch < M:
+            raise _bad(f"a batch of {self._batch} samples cannot make {M} micro-batches")
+        self._sched = sched
+        self._transport = dpl_world.Transport.open(w, name=self._transport_name,
+                                                   timeout=self._timeout) if w.world_size > 1 else None
+        cb = _Callbacks(self)
+        for st in self._stages.values():
+            st.bind_grads()
+        self._runner = Runner(sched, cb, batch=self._batch, activation_bytes=ab,
+                              replicas=reps, rank=w.rank, transport=self._transport,
+                              timeout=self._timeout, name="dpl.torch")
+
+    def close(self) -> None:
+        """Free the runner and close the transport (idempotent)."""
+        if self._runner is not None:
+            self._runner.close()
+            self._runner = None
+        t = getattr(self, "_transport", None)
+        if t is not None:
+            t.close()
+            self._transport = None
+
+    def __del__(self) -> None:
+        try:
+            self.close()
+        except Exception:  # noqa: BLE001
+            pass
+
+    @property
+    def runner(self) -> Runner | None:
+        """The dpl.Runner once the first step set it up (statistics)."""
+        return self._runner
+
+
+def _batch_of(args: tuple, kwargs: dict) -> int:
+    for t in list(args) + list(kwargs.values()):
+        if torch.is_tensor(t):
+            if t.dim() == 0:
+                raise _bad("inputs must have the batch as their first dimension (got a scalar)")
+            return int(t.shape[0])
+    raise _bad("the first stage's inputs hold no tensor to split into micro-batches")
+
+
+class _Callbacks:
+    """The runner's stage callbacks over this rank's PipelineStages."""
+
+    def __init__(self, sch: _PipelineSchedule):
+        self.s = sch
+        self.M = sch._n_microbatches
+
+    def _inputs(self, st: PipelineStage, a) -> tuple:
+        n = a.end - a.begin
+        if st.is_first:
+            sl = slice(a.begin, a.end)
+            args = tuple(t[sl] if torch.is_tensor(t) else t for t in self.s._args)
+            kw = {k: (v[sl] if torch.is_tensor(v) else v) for k, v in self.s._kwargs.items()}
+            return args, kw, None
+        shape, dtype = st.in_meta
+        v = a.tensor("input", dtype, (n, *shape))
+        inp = v.detach().requires_grad_(True)
+        return (inp,), {}, inp
+
+    def forward(self, a) -> None:
+        st = self.s._stages[a.stage]
+        args, kw, inp = self._inputs(st, a)
+        out = st.submod(*args, **kw)
+        if st.is_last:
+            loss = None
+            if self.s._loss_fn is not None:
+                tgt = self.s._target[a.begin:a.end]
+                loss = self.s._loss_fn(out, tgt)
+                w = self._share(a)
+                if w != 1.0:
+                    loss = loss * w
+                self.s._losses[a.microbatch] = loss.detach()
+            self.s._outputs.setdefault(a.microbatch, []).append(out.detach())
+            st.state[a.microbatch] = (inp, loss if loss is not None else out, None)
+            return
+        if not torch.is_tensor(out):
+            raise _bad(f"stage {a.stage} returned {type(out).__name__}; dpl.torch carries one "
+                       "tensor between stages")
+        shape, dtype = st.out_meta
+        n = a.end - a.begin
+        if tuple(out.shape) != (n, *shape) or out.dtype != dtype:
+            raise _bad(f"stage {a.stage} micro-batch {a.microbatch}: output {tuple(out.shape)} "
+                       f"{out.dtype}, expected {(n, *shape)} {dtype} (from the first step)")
+        a.tensor("output", dtype, out.shape).copy_(out.detach())
+        st.state[a.microbatch] = (inp, out, None)
+
+    def _share(self, a) -> float:
+        b, e = split(self.s._batch, self.M, a.microbatch)
+        n = a.end - a.begin
+        return 1.0 if n == e - b else n / (e - b)
+
+    def _grad_out(self, st: PipelineStage, a, out):
+        if st.is_last:
+            return None
+        return a.tensor("grad_output", out.dtype, out.shape)
+
+    def _put_grad_input(self, st: PipelineStage, a, inp, g) -> None:
+        if st.is_first:
+            return
+        dst = a.tensor("grad_input", inp.dtype, inp.shape)
+        if g is None:
+            dst.zero_()
+        else:
+            dst.copy_(g)
+
+    def backward(self, a) -> None:
+        st = self.s._stages[a.stage]
+        inp, out, _ = st.state.pop(a.microbatch)
+        torch.autograd.backward(out, self._grad_out(st, a, out))
+        if inp is not None:
+            self._put_grad_input(st, a, inp, inp.grad)
+
+    def backward_input(self, a) -> None:
+        st = self.s._stages[a.stage]
+        inp, out, _ = st.state[a.microbatch]
+        if inp is None:
+            return
+        g = self._grad_out(st, a, out)
+        (gi,) = torch.autograd.grad(out, [inp], g, retain_graph=True, allow_unused=True)
+        self._put_grad_input(st, a, inp, gi)
+
+    def backward_weight(self, a) -> None:
+        st = self.s._stages[a.stage]
+        inp, out, _ = st.state.pop(a.microbatch)
+        params = st.params()
+        if not params:
+            return
+        g = self._grad_out(st, a, out)
+        gs = torch.autograd.grad(out, params, g, allow_unused=True)
+        with torch.no_grad():
+            for p, gp in zip(params, gs):
+                if gp is not None:
+                    p.grad.add_(gp)
+
+    def grads(self, stage: int):
+        return [(p.grad.data_ptr(), p.grad.numel(), dtype_code(p.grad.dtype))
+                for p in self.s._stages[stage].params()]
+
+    def step(self, stage: int, iteration: int) -> None:
+        if self.s._scale_grads and self.M > 1:
+            with torch.no_grad():
+                for p in self.s._stages[stage].params():
+                    p.grad.div_(self.M)
+
+
+class ScheduleGPipe(_PipelineSchedule):
+    """All forwards, then all backwards (``torch.distributed.pipelining.ScheduleGPipe``)."""
+    _policy = "gpipe"
+
+
+class Schedule1F1B(_PipelineSchedule):
+    """One forward one backward, DAPPLE's early backward (``Schedule1F1B``)."""
+    _policy = "1f1b"
+
+
+class ScheduleInterleaved1F1B(_PipelineSchedule):
+    """Interleaved 1F1B over several stages per rank (``ScheduleInterleaved1F1B``):
+    rank r holds stages r, r + P, r + 2P, ..."""
+    _policy = "interleaved"
+
+
+class ScheduleDAPPLE(_PipelineSchedule):
+    """DAPPLE: any dpl policy (``policy=``, default "1f1b") with per-stage
+    replication ``replicas=[R0, R1, ...]`` (world ranks numbered replica by
+    replica, stage by stage; see :func:`stage_of`)."""
+    _policy = "1f1b"
+
+    def __init__(self, stage: PipelineStage | Sequence[PipelineStage], n_microbatches: int,
+                 loss_fn: Callable | None = None, replicas: Sequence[int] | None = None,
+                 policy: str = "1f1b", scale_grads: bool = True, **kw: Any):
+        super().__init__(stage, n_microbatches, loss_fn, scale_grads=scale_grads,
+                         policy=policy, replicas=replicas, **kw)
+
+
+def stage_of(rank: int, replicas: Sequence[int]) -> tuple[int, int]:
+    """(stage index, replica index) that world ``rank`` runs under a layout
+    of ``replicas`` (one count per stage, one stage per rank)."""
+    return split_replicas(rank, replicas)

@@ -1,0 +1,173 @@
+"""dpl.torch.PipelineStage: one stage of a model on this rank, as in
+``torch.distributed.pipelining.PipelineStage``.
+
+A stage holds its submodule and, between the forward of a micro-batch and
+its backward, the autograd state of that micro-batch. Activations and their
+gradients travel between stages in dpl's buffers, seen as tensors without
+copying: a stage's input is a view of the buffer its receive landed in, and
+its output is written once into the buffer its send goes out from.
+dpl carries one tensor between two stages, with the batch as its first
+dimension; the first stage takes any positional and keyword arguments.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import torch
+
+from .. import errors
+
+
+def _bad(msg: str) -> errors.InvalidArgument:
+    return errors.InvalidArgument(errors.EINVAL, "DPL_EINVAL", msg)
+
+
+class PipelineStage:
+    """This rank's part of a pipeline.
+
+    Args:
+        submodule: the ``nn.Module`` of stage ``stage_index``.
+        stage_index: global stage index in [0, num_stages).
+        num_stages: stages of the whole pipeline (all ranks, all chunks).
+        device: where the submodule runs (host memory devices only today:
+            "cpu").
+        input_args: an example input (a tensor, or a tuple for the first
+            stage) with the micro-batch as first dimension, to skip shape
+            inference for the input; optional.
+        output_args: an example output, likewise; optional.
+        group: accepted for compatibility with PyTorch; ignored (dpl's
+            world comes from ``world`` or :func:`dpl.world.current`).
+        world: a :class:`dpl.world.World` to run in (default: found when
+            the schedule first steps).
+
+    Raises InvalidArgument naming a bad index or count. Not thread-safe:
+    one thread (the rank's) uses a stage.
+    """
+
+    def __init__(self, submodule: torch.nn.Module, stage_index: int, num_stages: int,
+                 device: Any = "cpu", input_args: Any = None, output_args: Any = None,
+                 group: Any = None, dw_builder: Any = None, world: Any = None):
+        if not isinstance(submodule, torch.nn.Module):
+            raise _bad(f"submodule must be an nn.Module (got {type(submodule).__name__})")
+        for name, v in (("stage_index", stage_index), ("num_stages", num_stages)):
+            if not isinstance(v, int) or isinstance(v, bool):
+                raise _bad(f"{name} must be an int (got {v!r})")
+        if num_stages < 1:
+            raise _bad(f"num_stages must be >= 1 (got {num_stages})")
+        if not 0 <= stage_index < num_stages:
+            raise _bad(f"stage_index must be in [0, {num_stages}) (got {stage_index})")
+        dev = torch.device(device)
+        if dev.type != "cpu":
+            raise _bad(f"device {device!r}: dpl.torch runs stages on the CPU today "
+                       "(the CUDA device module is not in this build)")
+        self.submod = submodule
+        self.stage_index = stage_index
+        self.num_stages = num_stages
+        self.device = dev
+        self.is_first = stage_index == 0
+        self.is_last = stage_index == num_stages - 1
+        self.world = world
+        self._in_meta = _meta_of(input_args, f"stage {stage_index} input_args") \
+            if input_args is not None and not self.is_first else None
+        self._out_meta = _meta_of(output_args, f"stage {stage_index} output_args") \
+            if output_args is not None and not self.is_last else None
+        self.in_meta: tuple | None = None   # (per-sample shape, dtype) once known
+        self.out_meta: tuple | None = None
+        self._params: list[torch.nn.Parameter] | None = None
+        self.state: dict[int, tuple] = {}   # micro-batch -> autograd state
+
+    # parameters whose gradients dpl reduces, in a fixed order
+    def params(self) -> list[torch.nn.Parameter]:
+        """The submodule's parameters that require grad, in module order."""
+        if self._params is None:
+            self._params = [p for p in self.submod.parameters() if p.requires_grad]
+            dts = {p.dtype for p in self._params}
+            if len(dts) > 1:
+                raise _bad(f"stage {self.stage_index}: parameters of mixed dtypes "
+                           f"{sorted(str(d) for d in dts)}; dpl reduces one dtype per stage")
+        return self._params
+
+    def bind_grads(self) -> None:
+        """Give every parameter a contiguous ``.grad`` (zeros where it is
+        None, as after ``zero_grad()``), so dpl can reduce them in place."""
+        for p in self.params():
+            g = p.grad
+            if g is None:
+                p.grad = torch.zeros_like(p, memory_format=torch.contiguous_format)
+            elif not g.is_contiguous():
+                p.grad = g.contiguous()
+
+    def infer_output(self, in_meta: tuple | None, sample_args: tuple, sample_kwargs: dict) -> tuple:
+        """(per-sample shape, dtype) of this stage's output, from output_args
+        or by running the submodule on meta tensors (falling back to a real
+        forward of zeros without grad, buffers restored)."""
+        if self._out_meta is not None:
+            return self._out_meta
+        if self.is_first:
+            args = tuple(a[:1] if torch.is_tensor(a) else a for a in sample_args)
+            kwargs = {k: (v[:1] if torch.is_tensor(v) else v) for k, v in sample_kwargs.items()}
+        else:
+            shape, dtype = in_meta
+            args, kwargs = (torch.zeros((1, *shape), dtype=dtype),), {}
+        out = _dry_forward(self.submod, args, kwargs)
+        if not torch.is_tensor(out):
+            raise _bad(f"stage {self.stage_index} returned {type(out).__name__}; dpl.torch "
+                       "carries one tensor between stages")
+        return (tuple(out.shape[1:]), out.dtype)
+
+
+def _meta_of(example: Any, what: str) -> tuple:
+    if isinstance(example, (tuple, list)):
+        if len(example) != 1:
+            raise _bad(f"{what}: dpl.torch carries one tensor between stages (got {len(example)})")
+        example = example[0]
+    if not torch.is_tensor(example) or example.dim() < 1:
+        raise _bad(f"{what}: expected a tensor with the micro-batch as first dimension")
+    return (tuple(example.shape[1:]), example.dtype)
+
+
+def _dry_forward(mod: torch.nn.Module, args: tuple, kwargs: dict) -> Any:
+    try:
+        from torch.func import functional_call
+        meta = {k: torch.empty_like(v, device="meta")
+                for k, v in list(mod.named_parameters()) + list(mod.named_buffers())}
+        margs = tuple(torch.empty_like(a, device="meta") if torch.is_tensor(a) else a for a in args)
+        mkw = {k: (torch.empty_like(v, device="meta") if torch.is_tensor(v) else v)
+               for k, v in kwargs.items()}
+        with torch.no_grad():
+            return functional_call(mod, meta, margs, mkw)
+    except Exception:  # noqa: BLE001 - some modules do not run on meta
+        saved = {k: v.clone() for k, v in mod.named_buffers()}
+        try:
+            with torch.no_grad():
+                two = tuple(torch.cat([a, a]) if torch.is_tensor(a) else a for a in args)
+                kw2 = {k: (torch.cat([v, v]) if torch.is_tensor(v) else v) for k, v in kwargs.items()}
+                out = mod(*two, **kw2)
+            return out[:1] if torch.is_tensor(out) else out
+        finally:
+            with torch.no_grad():
+                for k, v in mod.named_buffers():
+                    v.copy_(saved[k])
+
+
+def nbytes_per_sample(meta: tuple) -> int:
+    """Bytes of one sample of a (per-sample shape, dtype) pair."""
+    shape, dtype = meta
+    n = 1
+    for d in shape:
+        n *= d
+    return n * torch.empty((), dtype=dtype).element_size()
+
+
+def split_replicas(rank: int, replicas: Sequence[int]) -> tuple[int, int]:
+    """(pipeline rank, replica index) of world ``rank`` when pipeline rank
+    p has ``replicas[p]`` replicas numbered one after the other."""
+    base = 0
+    for p, r in enumerate(replicas):
+        if r < 1:
+            raise _bad(f"replicas[{p}] must be >= 1 (got {r})")
+        if rank < base + r:
+            return p, rank - base
+        base += r
+    raise _bad(f"rank {rank} is outside a world of {base} ranks (replicas {list(replicas)})")

@@ -1,0 +1,144 @@
+"""dpl.torch trains exactly like single-process torch: every policy on
+pipelines, data parallelism, both together and uneven replication, with
+micro-batch counts below the stage count and not divisible by the
+replicas; SGD and Adam; f64 to 1e-10 and f32 to 1e-5 (relative)."""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+import dpl  # noqa: E402
+import dpl.run  # noqa: E402
+from dpl.torch import PipelineStage, ScheduleDAPPLE, stage_of  # noqa: E402
+
+from torch_models import data, make_opt, max_rel_diff, mlp, reference  # noqa: E402
+
+WIDTHS = [6, 16, 16, 12, 16, 10, 3]
+ITERS = 3
+TOL = {torch.float64: 1e-10, torch.float32: 1e-5}
+
+# (name, replicas per pipeline rank, stages per rank)
+LAYOUTS = {
+    "pipeline": ([1, 1, 1, 1], 1),
+    "data": ([2], 1),
+    "pipeline-x-data": ([2, 2], 1),
+    "uneven-3-1": ([3, 1], 1),
+}
+POLICIES = ["gpipe", "1f1b", "1f1b-comm", "bounded", "zb-h1"]
+
+
+def policy_options(policy):
+    return {"cap": 1} if policy == "bounded" else {}
+
+
+def rank_fn(parts, batches, reps, V, policy, M, opt_name, opts):
+    w = dpl.world.current()
+    P = len(reps)
+    p, _ = stage_of(w.rank, reps)
+    mine = [p + k * P for k in range(V)]
+    mods = [copy.deepcopy(parts[s]) for s in mine]
+    stages = [PipelineStage(m, s, len(parts)) for m, s in zip(mods, mine)]
+    sched = ScheduleDAPPLE(stages if V > 1 else stages[0], M, torch.nn.MSELoss(),
+                           replicas=reps, policy=policy, **opts)
+    opt = make_opt(opt_name, [q for m in mods for q in m.parameters()])
+    got_losses = []
+    try:
+        for x, y in batches:
+            opt.zero_grad()
+            losses = []
+            args = (x,) if 0 in mine else ()
+            target = y if len(parts) - 1 in mine else None
+            out = sched.step(*args, target=target, losses=losses)
+            if target is not None:
+                assert out is not None and out.shape[1] == y.shape[1]
+            opt.step()
+            got_losses.append(losses)
+    finally:
+        sched.close()
+    return {s: list(m.parameters()) for s, m in zip(mine, mods)}, got_losses
+
+
+def run_threads(layout, policy, M, dtype, opt_name, batch=10):
+    reps, V = LAYOUTS[layout]
+    S = len(reps) * V
+    parts = mlp(WIDTHS, S, dtype)
+    batches = data(batch, WIDTHS, ITERS, dtype)
+    ref_parts, ref_losses = reference(parts, batches, M, opt_name)
+    results = dpl.run.threads(sum(reps), rank_fn, parts, batches, reps, V, policy, M,
+                              opt_name, policy_options(policy), timeout=120)
+    worst = 0.0
+    loss_sum = [[0.0] * M for _ in range(ITERS)]
+    for params, losses in results:
+        for s, ps in params.items():
+            worst = max(worst, max_rel_diff(ps, list(ref_parts[s].parameters())))
+        for it, ls in enumerate(losses):
+            for j, v in enumerate(ls):
+                loss_sum[it][j] += float(v)
+    last_ranks = reps[-1]
+    assert sum(len(ls) for _, L in results for ls in L) == ITERS * M * last_ranks or \
+        M * reps[-1] > batch  # a replica with empty shares reports fewer
+    for it in range(ITERS):
+        for j in range(M):
+            assert loss_sum[it][j] == pytest.approx(float(ref_losses[it][j]), rel=TOL[dtype] * 10)
+    return worst
+
+
+CASES = []
+for layout, (reps, V) in LAYOUTS.items():
+    S = len(reps) * V
+    R = max(reps)
+    # M < S where the layout has S > 1, and M not divisible by the replicas
+    ms = sorted({m for m in (S - 1 if S > 2 else 2, 3 if R == 2 else 5) if m >= 1})
+    for policy in POLICIES:
+        for M in ms:
+            CASES.append((layout, policy, M))
+
+
+@pytest.mark.parametrize("layout,policy,M", CASES)
+def test_threads_f64_equals_one_device(layout, policy, M):
+    for opt_name in ("sgd", "adam"):
+        worst = run_threads(layout, policy, M, torch.float64, opt_name)
+        assert worst <= 1e-10, f"{layout} {policy} M={M} {opt_name}: max rel diff {worst:.3g}"
+
+
+@pytest.mark.parametrize("policy", POLICIES)
+def test_threads_f32_equals_one_device(policy):
+    worst = run_threads("uneven-3-1", policy, 5, torch.float32, "adam")
+    assert worst <= 1e-5, f"{policy}: max rel diff {worst:.3g}"
+
+
+# interleaved: two stages per rank on the same replica layouts; dpl's
+# interleaved takes M a multiple of the pipeline ranks (M < S included)
+INTERLEAVED = [(layout, M) for layout, (reps, _) in LAYOUTS.items()
+               for M in sorted({len(reps), 2 * len(reps) if len(reps) > 1 else 3})]
+
+
+@pytest.mark.parametrize("layout,M", INTERLEAVED)
+def test_interleaved_equals_one_device(layout, M):
+    reps, _ = LAYOUTS[layout]
+    LAYOUTS["_v2"] = (reps, 2)
+    try:
+        for opt_name in ("sgd", "adam"):
+            worst = run_threads("_v2", "interleaved", M, torch.float64, opt_name)
+            assert worst <= 1e-10, f"{layout} M={M} {opt_name}: {worst:.3g}"
+    finally:
+        del LAYOUTS["_v2"]
+
+
+def test_interleaved_refuses_m_not_multiple_of_ranks_with_reason():
+    LAYOUTS["_v2"] = ([1, 1, 1, 1], 2)
+    try:
+        with pytest.raises(dpl.InvalidArgument) as e:
+            run_threads("_v2", "interleaved", 6, torch.float64, "sgd")
+    finally:
+        del LAYOUTS["_v2"]
+    assert "6" in str(e.value) and "multiple" in str(e.value), str(e.value)
