@@ -82,3 +82,21 @@ def test_stage_exception_makes_every_rank_raise_peer_error(tmp_path):
         assert "rank 2" in got[rank]["message"], got[rank]
     last = r.stderr.strip().splitlines()[-1]
     assert "rank 2" in last, r.stderr
+
+
+@pytest.mark.parametrize("transport", ["ucx", "ofi"])
+def test_network_transports_equal_one_device(tmp_path, transport):
+    import dpl._lib
+    try:
+        dpl._lib.find(f"dpl-transport-{transport}")
+    except FileNotFoundError as e:
+        pytest.skip(f"the {transport} transport is not built: {e}")
+    r = launch(2, ["--replicas", "1,1", "--policies", "1f1b", "--microbatches", "4",
+                   "--out", str(tmp_path)], transport=transport)
+    assert r.returncode == 0, r.stdout + r.stderr
+    parts = mlp(WIDTHS, 2, torch.float64)
+    ref, _ = reference(parts, data(10, WIDTHS, 3, torch.float64), 4, "sgd")
+    for rank in range(2):
+        got = torch.load(tmp_path / f"rank{rank}-1f1b.pt")
+        for s, ps in got["params"].items():
+            assert max_rel_diff(ps, list(ref[s].parameters())) <= 1e-10

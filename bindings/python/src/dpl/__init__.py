@@ -10,5 +10,7 @@ from .schedule import (Action, Schedule, ScheduleError, ScheduleIssue,  # noqa: 
                        StageCost, schedule)
 from .sim import SimEvent, SimResult, SimStage  # noqa: F401
 from .runner import Runner, StageArgs  # noqa: F401
+from .plan import Cluster, Layer, Plan, PlanStage, Profile, plan  # noqa: F401
+from .world import BootstrapWorld, StoreWorld, ThreadWorld, Transport, World  # noqa: F401
 
 __version__ = "0.1.0"

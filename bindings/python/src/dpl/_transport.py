@@ -11,6 +11,7 @@ import ctypes
 import re
 import threading
 import time
+import weakref
 from ctypes import byref, c_void_p
 from typing import Any
 
@@ -360,6 +361,19 @@ class Transport:
         finally:
             self._busy.release()
 
+    def attach(self, user: Any) -> None:
+        """Register ``user`` (an object with ``close()``, e.g. a dpl.Runner)
+        to be closed before this transport closes; held weakly."""
+        if getattr(self, "_users", None) is None:
+            self._users = weakref.WeakSet()
+        self._users.add(user)
+
+    def detach(self, user: Any) -> None:
+        """Undo :meth:`attach` (no-op when not attached)."""
+        users = getattr(self, "_users", None)
+        if users is not None:
+            users.discard(user)
+
     @property
     def closed(self) -> bool:
         """True once closed."""
@@ -369,6 +383,8 @@ class Transport:
         """dpl_transport_close(): leave the job (peers see this rank as
         failed from now on); outstanding requests are cancelled. Does not
         block on peers. Idempotent."""
+        for user in list(getattr(self, "_users", ())):
+            user.close()    # runners over this transport go first
         ptr, self._ptr = self._ptr, None
         if ptr:
             capi.core().transport_close(ptr)

@@ -114,6 +114,14 @@ def check(code: int) -> int:
 
 
 def _rank_in(message: str) -> int | None:
+    """The rank a DPL_EPEER message names as the cause: the lost one of
+    "rank A lost rank B", else the failing one of "rank A failed in" or
+    "... with rank A: ...", else the last rank named."""
     import re
-    m = re.search(r"\brank (\d+)", message)
-    return int(m.group(1)) if m else None
+    for pat in (r"lost rank (\d+)", r"rank (\d+) failed", r"with rank (\d+)",
+                r"rank (\d+) (?:died|was lost|left|is gone|stopped answering)"):
+        m = re.search(pat, message)
+        if m:
+            return int(m.group(1))
+    found = re.findall(r"\brank (\d+)", message)
+    return int(found[-1]) if found else None

@@ -158,6 +158,8 @@ class Runner:
         p.trace_capacity = trace
         self._params = p
         rc = lib.dpl_runner_create(byref(p), byref(self._ptr))
+        if rc == 0 and transport is not None and hasattr(transport, "attach"):
+            transport.attach(self)
         if rc != 0:
             exc, self._exc = self._exc, None
             err = errors.error_for(rc)
@@ -315,6 +317,9 @@ class Runner:
         if self._ptr:
             self._lib.dpl_runner_destroy(self._ptr)
             self._ptr = c_void_p()
+            t = self._transport
+            if t is not None and hasattr(t, "detach"):
+                t.detach(self)
         self._views.clear()
 
     def __enter__(self) -> "Runner":

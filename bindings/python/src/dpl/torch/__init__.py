@@ -9,3 +9,4 @@ from .schedules import (Schedule1F1B, ScheduleDAPPLE, ScheduleGPipe,  # noqa: F4
                         ScheduleInterleaved1F1B, stage_of)
 from .stage import PipelineStage  # noqa: F401
 from .plan import from_plan  # noqa: F401
+from .profile import profile  # noqa: F401
