@@ -72,19 +72,7 @@ static int syn_copy(void *ctx, void *dst, uint32_t dmem, const void *src,
 static int syn_sum(void *ctx, void *dst, const void *src, size_t count,
 		   uint32_t dtype)
 {
-	size_t i;
-
-	if (dtype == DPL_DTYPE_F32) {
-		for (i = 0; i < count; i++)
-			((float *)dst)[i] += ((const float *)src)[i];
-	} else if (dtype == DPL_DTYPE_F64) {
-		for (i = 0; i < count; i++)
-			((double *)dst)[i] += ((const double *)src)[i];
-	} else {
-		return dpl_set_error(DPL_ENOTSUP,
-				     "device synthetic: dtype %u", dtype);
-	}
-	return 0;
+	return dpl_host_sum(dst, src, count, dtype);
 }
 
 DPL_EXTERN const struct dpl_device_ops dpl_device_synthetic = {

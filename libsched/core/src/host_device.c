@@ -52,28 +52,7 @@ static int host_copy(void *ctx, void *dst, uint32_t dmem, const void *src,
 static int host_sum(void *ctx, void *dst, const void *src, size_t count,
 		    uint32_t dtype)
 {
-	size_t i;
-
-	switch (dtype) {
-	case DPL_DTYPE_F32: {
-		float *d = dst;
-		const float *s = src;
-
-		for (i = 0; i < count; i++)
-			d[i] += s[i];
-		return 0;
-	}
-	case DPL_DTYPE_F64: {
-		double *d = dst;
-		const double *s = src;
-
-		for (i = 0; i < count; i++)
-			d[i] += s[i];
-		return 0;
-	}
-	default:
-		return dpl__error(DPL_ENOTSUP, "device host: dtype %u", dtype);
-	}
+	return dpl_host_sum(dst, src, count, dtype);
 }
 
 DPL_EXTERN const struct dpl_device_ops dpl_device_host = {

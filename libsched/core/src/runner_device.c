@@ -1,4 +1,4 @@
-/* runner_device.c - open devices and typed sizes. */
+/* runner_device.c - open devices (dtype.c has the element types). */
 #include <stdlib.h>
 
 #include "runner_internal.h"
@@ -6,18 +6,6 @@
 #define DOP_END(m)                                                           \
 	(offsetof(struct dpl_device_ops, m) +                                \
 	 sizeof(((struct dpl_device_ops *)0)->m))
-
-size_t dpl_dtype_size(enum dpl_dtype t)
-{
-	switch (t) {
-	case DPL_DTYPE_F32:
-		return 4;
-	case DPL_DTYPE_F64:
-		return 8;
-	default:
-		return 0;
-	}
-}
 
 static int check_ops(const struct dpl_device_ops *o)
 {

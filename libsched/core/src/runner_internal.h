@@ -237,6 +237,8 @@ struct dpl__lstage {
 	void *ar_req;                  /* native allreduce request */
 	uint32_t *group;               /* world ranks of the replicas */
 	bool ar_live;
+	bool ar_refused;               /* the transport refused the dtype:
+					  the ring reduces this stage */
 	bool reducing;
 };
 

@@ -204,10 +204,20 @@ int dpl__setup_grads(dpl_runner *r, struct dpl__lstage *ls)
 				&ls->gvec);
 	if (rc != 0)
 		return rc;
+	/* Without a native allreduce the ring runs: the device must sum the
+	 * dtype. With one, the ring may still run (the transport refuses the
+	 * dtype at the first reduction), so its chunk is allocated anyway. */
+	if (!r->t->can_allreduce &&
+	    (rc = r->dev->ops->sum(r->dev->ctx, ls->gvec, ls->gvec, 0,
+				   ls->gdtype)) != 0)
+		return dpl__error(rc, "stage %u: device %s cannot sum gradient "
+				  "dtype %u (%s)", ls->stage,
+				  r->dev->ops->name, ls->gdtype,
+				  dpl_err_name(rc));
 	q = total / r->nrep;
 	rem = total % r->nrep;
 	chunk = q + (rem ? 1 : 0);
-	if (!r->t->can_allreduce && chunk > 0) {
+	if (chunk > 0) {
 		rc = r->dev->ops->alloc(r->dev->ctx, r->dev->ops->mem,
 					chunk * esize, &ls->gscratch);
 		if (rc != 0)

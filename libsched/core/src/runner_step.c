@@ -393,16 +393,20 @@ static int run_reduce(dpl_runner *r, struct dpl__lstage *ls)
 	ls->gn = n;
 	ls->reducing = true;
 	r->st.bytes_reduced += ls->gcount * esize;
-	if (r->t->can_allreduce) {
+	if (r->t->can_allreduce && !ls->ar_refused) {
 		rc = dpl_transport_iallreduce(r->t, ls->ar_req, ls->group,
 					   r->nrep, ls->gvec, ls->gcount,
 					   ls->gdtype, r->dev->ops->mem,
 					   dpl__tag(DPL__TAG_RING, r->iter,
 						    ls->stage, 0));
-		if (rc != 0)
+		if (rc == 0) {
+			ls->ar_live = true;
+			return 0;
+		}
+		if (rc != DPL_ENOTSUP)
 			return dpl__fail_peer(r, rc, ls->group[0]);
-		ls->ar_live = true;
-		return 0;
+		/* Refused, so by every replica alike: the ring, from now on. */
+		ls->ar_refused = true;
 	}
 	dpl__ring_start(&ls->ring, r->iter);
 	rc = dpl__ring_poll(&ls->ring);

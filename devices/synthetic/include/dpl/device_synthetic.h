@@ -6,8 +6,8 @@
  *
  * Parameters (struct dpl_device_params): index must be 0; options are
  * ignored. Memory: DPL_MEM_HOST only, 64-byte aligned; copy moves host to
- * host; sum adds F32 or F64 in a plain loop (DPL_ENOTSUP for other dtypes
- * and memory kinds). The table keeps no per-handle state, so any number
+ * host; sum is the core's dpl_host_sum: F32, F64, BF16 and F16 in a plain
+ * loop (DPL_ENOTSUP for other dtypes). The table keeps no per-handle state, so any number
  * of handles may be open, each used by one thread at a time; the counter
  * is atomic.
  *

@@ -55,15 +55,56 @@ enum dpl_mem_kind {
 	DPL_MEM__COUNT = 2
 };
 
-/* Element types of buffers that the core reduces. */
+/*
+ * Element types of buffers that the core reduces. Values are stable: they
+ * travel in ops calls. The 16-bit types are stored as their bit patterns
+ * in uint16_t, in the host's byte order.
+ */
 enum dpl_dtype {
-	DPL_DTYPE_F32 = 0,
-	DPL_DTYPE_F64 = 1,
-	DPL_DTYPE__COUNT = 2
+	DPL_DTYPE_F32 = 0,  /* IEEE 754 binary32 */
+	DPL_DTYPE_F64 = 1,  /* IEEE 754 binary64 */
+	DPL_DTYPE_BF16 = 2, /* bfloat16: the top half of a binary32 (1 sign,
+			       8 exponent, 7 fraction bits) */
+	DPL_DTYPE_F16 = 3,  /* IEEE 754 binary16 (1 sign, 5 exponent, 10
+			       fraction bits) */
+	DPL_DTYPE__COUNT = 4
 };
 
-/* dpl_dtype_size - bytes per element (4, 8), or 0 for an unknown type. */
+/* dpl_dtype_size - bytes per element (4, 8, 2, 2), or 0 for an unknown
+ * type. */
 DPL_EXTERN size_t dpl_dtype_size(enum dpl_dtype t);
+
+/*
+ * 16-bit floats, for backends and trainers that sum or fill BF16 and F16
+ * buffers without a compiler type for them. Pure functions of the bits:
+ * the same results with every compiler and floating-point environment;
+ * thread-safe; no errors.
+ *  dpl_bf16_to_f32 / dpl_f16_to_f32 - the exact value of a pattern (every
+ *    BF16 and F16 value is a float), subnormals, zeros and infinities
+ *    included; a NaN gives a NaN of the same sign.
+ *  dpl_f32_to_bf16 / dpl_f32_to_f16 - `f` rounded to nearest, ties to
+ *    even, with gradual underflow to subnormals and zero, and overflow to
+ *    infinity (F16: from 65520 up); a NaN gives a quiet NaN of the same
+ *    sign. A pattern converted to float and back is itself, NaNs aside.
+ */
+DPL_EXTERN float dpl_bf16_to_f32(uint16_t h);
+DPL_EXTERN uint16_t dpl_f32_to_bf16(float f);
+DPL_EXTERN float dpl_f16_to_f32(uint16_t h);
+DPL_EXTERN uint16_t dpl_f32_to_f16(float f);
+
+/*
+ * dpl_host_sum - dst[i] += src[i] for i < count, element type `dtype`,
+ * both in memory the CPU can access; the ranges do not overlap unless
+ * they are equal. This is the sum of dpl_device_host, for other devices
+ * with DPL_DEVICE_CAP_HOST_ACCESS to share. F32 and F64 add in their own
+ * type; BF16 and F16 convert both elements to float, add, and round back
+ * as dpl_f32_to_bf16 / dpl_f32_to_f16 do, which is the correctly rounded
+ * sum. Element by element in index order: the same inputs give the same
+ * bits. Does not block; thread-safe on disjoint buffers. Returns 0, or
+ * DPL_ENOTSUP for an unknown dtype (nothing written).
+ */
+DPL_EXTERN int dpl_host_sum(void *dst, const void *src, size_t count,
+			    uint32_t dtype);
 
 /*
  * A typed buffer: `count` elements of `dtype` at `ptr`, in memory of kind
@@ -152,8 +193,12 @@ struct dpl_device_ops {
 	 * sum - dst[i] += src[i] for i < count, element type `dtype`, both
 	 * in the device's memory (`mem`). Synchronous like copy, and
 	 * deterministic: the same inputs give the same bits. Used by the
-	 * core's ring allreduce. Returns 0, DPL_ENOTSUP for a dtype it
-	 * cannot sum, DPL_EIO. Mandatory.
+	 * core's ring allreduce. dpl_runner_create() calls it once with
+	 * count 0 to learn whether the device sums the gradients' dtype
+	 * when the ring is sure to run (a transport without iallreduce).
+	 * Each BF16 or F16 element gets the exact sum rounded to nearest,
+	 * ties to even, as dpl_host_sum gives. Returns 0, DPL_ENOTSUP for a
+	 * dtype it cannot sum (whatever the count), DPL_EIO. Mandatory.
 	 */
 	int (*sum)(void *ctx, void *dst, const void *src, size_t count,
 		   uint32_t dtype);

@@ -27,8 +27,10 @@
  * progressing the transport, then call the stage callback; SEND_x posts
  * the send of what the callback just produced; REDUCE_GRAD starts the sum
  * of the stage's gradients over its replicas (the transport's iallreduce,
- * or the core's ring over isend/irecv; both in a fixed order, so results
- * are reproducible bit for bit); STEP waits for that sum and calls step.
+ * or the core's ring over isend/irecv when the transport has none or
+ * refuses the dtype with DPL_ENOTSUP; both in a fixed order, so results
+ * are reproducible bit for bit; BF16 and F16 are rounded to nearest even
+ * after each addition); STEP waits for that sum and calls step.
  * dpl_runner_step() returns once every action ran and every send
  * completed. Every wait is bounded by the timeout.
  *
@@ -198,8 +200,10 @@ typedef struct dpl_runner dpl_runner;
  * replica count of 0, rank outside the world, a transport of another
  * world size or rank, batch < M, missing callbacks, gradient buffers of
  * mixed dtypes), DPL_ERANGE for counts beyond the tag space (stages >=
- * 2^20, micro-batches >= 2^28), DPL_ENOMEM, or the error of grads or of
- * the device. Thread-safe.
+ * 2^20, micro-batches >= 2^28), DPL_ENOMEM, DPL_ENOTSUP when a
+ * replicated stage's gradients must go through the core's ring (the
+ * transport has no iallreduce) and the device cannot sum their dtype, or
+ * the error of grads or of the device. Thread-safe.
  */
 DPL_EXTERN int dpl_runner_create(const struct dpl_runner_params *p,
 				 dpl_runner **out);

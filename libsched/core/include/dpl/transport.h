@@ -247,7 +247,14 @@ struct dpl_transport_ops {
 	 * rank; every member passes the same group, count, dtype and tag).
 	 * Completes through test like a receive. The result must be the same
 	 * bits on every member and independent of timing (a fixed reduction
-	 * order). Optional (NULL: the core runs a ring over isend/irecv).
+	 * order); BF16 and F16 elements are summed as float and rounded to
+	 * nearest even after each addition (dpl_host_sum in <dpl/device.h>).
+	 * A transport that does not reduce a dtype or memory kind returns
+	 * DPL_ENOTSUP and posts nothing; that refusal must depend only on
+	 * what every member passes alike (n, count, dtype, mem), so that all
+	 * members refuse together. The runner then reduces that stage with
+	 * the core's ring for the rest of its life; any other error fails
+	 * the step. Optional (NULL: the core runs a ring over isend/irecv).
 	 */
 	int (*iallreduce)(void *ctx, void *req, const uint32_t *group,
 			  uint32_t n, void *buf, size_t count, uint32_t dtype,
