@@ -142,3 +142,26 @@ def test_interleaved_refuses_m_not_multiple_of_ranks_with_reason():
     finally:
         del LAYOUTS["_v2"]
     assert "6" in str(e.value) and "multiple" in str(e.value), str(e.value)
+
+
+@pytest.mark.parametrize("dtype,tol", [(torch.bfloat16, 3e-2), (torch.float16, 4e-3)])
+def test_half_precision_replicas_reduce_through_dpl(dtype, tol):
+    """bf16/f16 parameters on replicated stages: dpl sums their gradients
+    (every replica ends with the same bits) and training follows the f32
+    reference within the format's precision."""
+    reps = [2, 1]
+    parts32 = mlp(WIDTHS, 2, torch.float32)
+    batches32 = data(8, WIDTHS, 2, torch.float32)
+    parts = [copy.deepcopy(p).to(dtype) for p in parts32]
+    batches = [(x.to(dtype), y.to(dtype)) for x, y in batches32]
+    ref_parts, _ = reference(parts32, batches32, 4, "sgd")
+    results = dpl.run.threads(3, rank_fn, parts, batches, reps, 1, "1f1b", 4, "sgd", {},
+                              timeout=120)
+    a, b = results[0][0][0], results[1][0][0]
+    for p, q in zip(a, b):
+        assert torch.equal(p, q)
+    for params, _ in results:
+        for s, ps in params.items():
+            worst = max_rel_diff([p.float() for p in ps], list(ref_parts[s].parameters()))
+            assert worst <= tol, f"stage {s}: {worst:.3g}"
+            assert all(p.dtype == dtype for p in ps)

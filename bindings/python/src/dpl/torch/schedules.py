@@ -227,6 +227,7 @@ class _Callbacks:
     def __init__(self, sch: _PipelineSchedule):
         self.s = sch
         self.M = sch._n_microbatches
+        self.sizes: list[int] | None = None   # samples of each micro-batch
 
     def _inputs(self, st: PipelineStage, a) -> tuple:
         n = a.end - a.begin
@@ -268,9 +269,13 @@ class _Callbacks:
         st.state[a.microbatch] = (inp, out, None)
 
     def _share(self, a) -> float:
-        b, e = split(self.s._batch, self.M, a.microbatch)
+        sizes = self.sizes
+        if sizes is None:
+            sizes = self.sizes = [e - b for b, e in (split(self.s._batch, self.M, j)
+                                                      for j in range(self.M))]
         n = a.end - a.begin
-        return 1.0 if n == e - b else n / (e - b)
+        full = sizes[a.microbatch]
+        return 1.0 if n == full else n / full
 
     def _grad_out(self, st: PipelineStage, a, out):
         if st.is_last:
