@@ -60,12 +60,11 @@ def test_shm_equals_one_device(tmp_path, reps, chunks, M, policies):
             assert loss_sum[it] == pytest.approx([float(v) for v in ref_losses[it]], rel=1e-9)
 
 
-def results(stdout):
+def results(folder):
     out = {}
-    for line in stdout.splitlines():
-        if line.startswith("DPL-RESULT "):
-            d = json.loads(line[len("DPL-RESULT "):])
-            out[d["rank"]] = d
+    for p in folder.glob("result*.json"):
+        d = json.loads(p.read_text())
+        out[d["rank"]] = d
     return out
 
 
@@ -73,11 +72,12 @@ def test_stage_exception_makes_every_rank_raise_peer_error(tmp_path):
     r = launch(4, ["--replicas", "1,1,1,1", "--policies", "1f1b", "--microbatches", "4",
                    "--fail-rank", "2", "--out", str(tmp_path)], timeout=120)
     assert r.returncode != 0
-    got = results(r.stdout)
+    got = results(tmp_path)
     assert set(got) == {0, 1, 2, 3}, r.stdout + r.stderr
     assert got[2]["type"] == "RuntimeError" and "injected failure on rank 2" in got[2]["message"]
     for rank in (0, 1, 3):
         assert got[rank]["type"] == "PeerError", got[rank]
+        assert "failed in 2F" in got[rank]["message"], got[rank]   # the runner named it
         assert got[rank]["peer"] == 2, got[rank]
         assert "rank 2" in got[rank]["message"], got[rank]
     last = r.stderr.strip().splitlines()[-1]

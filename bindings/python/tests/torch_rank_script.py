@@ -46,8 +46,9 @@ def main() -> None:
     for policy in a.policies.split(","):
         mods = [copy.deepcopy(parts[s]) for s in mine]
         if w.rank == a.fail_rank:
-            def boom(*_):
-                raise RuntimeError(f"injected failure on rank {w.rank}")
+            def boom(_mod, inputs, _out):
+                if inputs[0].device.type != "meta":   # not in shape inference
+                    raise RuntimeError(f"injected failure on rank {w.rank}")
             mods[0].register_forward_hook(boom)
         stages = [PipelineStage(m, s, S) for m, s in zip(mods, mine)]
         opts = {"cap": 1} if policy == "bounded" else {}
@@ -73,7 +74,9 @@ if __name__ == "__main__":
         main()
     except BaseException as e:  # report what this rank saw, then fail
         import json
-        print("DPL-RESULT " + json.dumps({"rank": int(os.environ.get("DPL_RANK", -1)),
-                                          "type": type(e).__name__, "message": str(e),
-                                          "peer": getattr(e, "rank", None)}), flush=True)
+        rank = int(os.environ.get("DPL_RANK", -1))
+        out = sys.argv[sys.argv.index("--out") + 1]
+        with open(os.path.join(out, f"result{rank}.json"), "w") as f:
+            json.dump({"rank": rank, "type": type(e).__name__, "message": str(e),
+                       "peer": getattr(e, "rank", None)}, f)
         sys.exit(1)

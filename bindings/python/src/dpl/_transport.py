@@ -11,7 +11,6 @@ import ctypes
 import re
 import threading
 import time
-import weakref
 from ctypes import byref, c_void_p
 from typing import Any
 
@@ -363,16 +362,20 @@ class Transport:
 
     def attach(self, user: Any) -> None:
         """Register ``user`` (an object with ``close()``, e.g. a dpl.Runner)
-        to be closed before this transport closes; held weakly."""
+        to be closed before this transport closes. Held strongly until
+        :meth:`detach`: a weak reference would be cleared before the
+        finalisers of a garbage cycle run, and the runner would then be
+        destroyed after its transport."""
         if getattr(self, "_users", None) is None:
-            self._users = weakref.WeakSet()
-        self._users.add(user)
+            self._users = []
+        if not any(u is user for u in self._users):
+            self._users.append(user)
 
     def detach(self, user: Any) -> None:
         """Undo :meth:`attach` (no-op when not attached)."""
         users = getattr(self, "_users", None)
         if users is not None:
-            users.discard(user)
+            self._users = [u for u in users if u is not user]
 
     @property
     def closed(self) -> bool:

@@ -25,12 +25,15 @@ launcher), wait up to the timeout, kill what is left and exit 130, 143 or
 from __future__ import annotations
 
 import ctypes
+import json
 import os
 import re
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from typing import Any, Callable, Sequence
@@ -259,6 +262,8 @@ def launch(n: int, argv: Sequence[str], env: dict[str, str] | None = None,
     if transport:
         base["DPL_TRANSPORT"] = transport
     base.update(DPL_WORLD_SIZE=str(n), DPL_ROOT=f"127.0.0.1:{_free_port()}")
+    run_dir = tempfile.mkdtemp(prefix="dpl-run-")
+    base["DPL_RUN_DIR"] = run_dir
     caught: list[int] = []
     old: dict[int, Any] = {}
     if threading.current_thread() is threading.main_thread():
@@ -279,8 +284,9 @@ def launch(n: int, argv: Sequence[str], env: dict[str, str] | None = None,
                     p.wait()
                 raise OSError(exc.errno, f"{PROG}: cannot start rank {r} "
                               f"({argv[0]}): {exc.strerror}") from exc
-        return _wait(procs, t, caught)
+        return _wait(procs, t, caught, run_dir)
     finally:
+        shutil.rmtree(run_dir, ignore_errors=True)
         for p in procs:
             if p.poll() is None:  # an exception above: no rank outlives us
                 _signal_group(p, signal.SIGKILL)
@@ -289,7 +295,34 @@ def launch(n: int, argv: Sequence[str], env: dict[str, str] | None = None,
             signal.signal(s, h)
 
 
-def _wait(procs: list[subprocess.Popen], t: float, caught: list[int]) -> int:
+def _causes(run_dir: str | None, n: int) -> dict[int, dict]:
+    """What the ranks reported through DPL_RUN_DIR (see dpl._report)."""
+    out: dict[int, dict] = {}
+    for r in range(n):
+        try:
+            with open(os.path.join(run_dir or "", f"rank{r}.json")) as f:
+                d = json.load(f)
+            if isinstance(d.get("cause"), int) and 0 <= d["cause"] < n:
+                out[r] = d
+        except (OSError, ValueError):
+            pass
+    return out
+
+
+def _culprit(causes: dict[int, dict], status: list[int | None]) -> int | None:
+    """The rank the job failed because of: one that reported its own
+    error, else the rank most reports name (ties: the lowest)."""
+    own = [r for r, d in causes.items() if d["cause"] == r]
+    if own:
+        return min(own)
+    named = [d["cause"] for d in causes.values()]
+    if not named:
+        return None
+    return min(set(named), key=lambda c: (-named.count(c), c))
+
+
+def _wait(procs: list[subprocess.Popen], t: float, caught: list[int],
+          run_dir: str | None = None) -> int:
     n = len(procs)
     status: list[int | None] = [None] * n
     killed = [False] * n
@@ -335,8 +368,19 @@ def _wait(procs: list[subprocess.Popen], t: float, caught: list[int]) -> int:
                      "to every rank")
         code = _EXIT_BY_SIGNAL.get(stop, 128 + int(stop))
     elif first is not None:
-        rc = status[first] or 0
-        lines.append(f"{PROG}: rank {first} failed ({_describe(rc)})")
+        causes = _causes(run_dir, n)
+        culprit = _culprit(causes, status)
+        if culprit is not None and culprit != first:
+            rc = status[culprit] or status[first] or 0
+            why = causes[culprit]["reason"] if culprit in causes else _describe(status[culprit] or 0)
+            others = sorted(r for r in causes if r != culprit)
+            lines.append(f"{PROG}: rank {culprit} failed first ({why}); "
+                         + (f"rank{'s' if len(others) > 1 else ''} "
+                            f"{', '.join(map(str, others))} stopped because of it"
+                            if others else f"rank {first} exited first"))
+        else:
+            rc = status[first] or 0
+            lines.append(f"{PROG}: rank {first} failed ({_describe(rc)})")
         code = rc if rc > 0 else 128 - rc
     else:
         code = 0

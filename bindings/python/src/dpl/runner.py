@@ -267,6 +267,8 @@ class Runner:
         msg = (self._lib.dpl_runner_last_error(self._ptr) or b"").decode("utf-8", "replace")
         err = errors.error_for(rc, msg or None)
         exc, self._exc = self._exc, None
+        from ._report import report_failure
+        report_failure(exc if exc is not None else err)
         if rc != errors.EPEER and self._transport is not None:
             self._linger(0.5)
         if exc is not None:

@@ -115,6 +115,8 @@ class _PipelineSchedule:
             self._runner.step()
         except BaseException as e:
             self._failed = e
+            from .._report import report_failure
+            report_failure(e)
             raise
         finally:
             self._args = self._kwargs = self._target = None

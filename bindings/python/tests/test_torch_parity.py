@@ -1,0 +1,279 @@
+"""dpl.torch is a drop-in for torch.distributed.pipelining: one training
+script, run once with PyTorch's import line and once with dpl's, trains to
+the same parameters.
+
+The script (SCRIPT below) initialises torch.distributed (gloo on 127.0.0.1,
+a free port; dpl.torch then takes its store as the rendezvous), cuts a
+small f32 MLP into stages, trains ITERS steps of SGD with momentum through
+the schedule classes named on its command line, and saves each of its stages'
+parameters and the last stage's per-micro-batch losses. The two runs differ
+only in the line marked IMPORT. Both must agree with each other, and with
+the same training done in this process on the unsplit model, to a relative
+difference of 1e-5: for each parameter tensor max|a - b| / max|b|.
+
+Ranks are processes started here with RANK / WORLD_SIZE / MASTER_ADDR /
+MASTER_PORT, as torchrun would; each launch is bounded by LAUNCH_TIMEOUT
+and its processes are killed when it runs over. Each side is one launch
+that trains the three schedules in turn.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+import pytest
+
+import dpl
+
+torch = pytest.importorskip("torch")
+
+# The rank processes import dpl from where this process found it.
+_DPL_PATH = os.path.dirname(os.path.dirname(os.path.abspath(dpl.__file__)))
+
+TORCH_IMPORT = ("from torch.distributed.pipelining import PipelineStage, ScheduleGPipe, "
+                "Schedule1F1B, ScheduleInterleaved1F1B")
+DPL_IMPORT = ("from dpl.torch import PipelineStage, ScheduleGPipe, "
+              "Schedule1F1B, ScheduleInterleaved1F1B")
+RANKS = 2
+LAUNCH_TIMEOUT = 60.0
+TOL = 1e-5
+
+MODEL = '''
+import torch
+
+WIDTHS = (6, 16, 16, 16, 3)
+BATCH, MICROBATCHES, ITERS, LR, MOMENTUM = 8, 4, 3, 0.1, 0.9
+
+
+def build_parts(n_stages):
+    """The MLP (Linear+Tanh, 4 Linear layers) cut into n_stages parts."""
+    torch.manual_seed(7)
+    layers = []
+    for i, (a, b) in enumerate(zip(WIDTHS, WIDTHS[1:])):
+        layers.append(torch.nn.Linear(a, b))
+        if i < len(WIDTHS) - 2:
+            layers.append(torch.nn.Tanh())
+    per = len(WIDTHS) - 1
+    cuts = [0]
+    for k in range(1, n_stages + 1):  # whole Linear(+Tanh) blocks per part
+        end = round(k * per / n_stages)
+        cuts.append(min(2 * end, len(layers)))
+    return [torch.nn.Sequential(*layers[cuts[k]:cuts[k + 1]]) for k in range(n_stages)]
+
+
+def batches():
+    g = torch.Generator().manual_seed(11)
+    return [(torch.randn(BATCH, WIDTHS[0], generator=g),
+             torch.randn(BATCH, WIDTHS[-1], generator=g)) for _ in range(ITERS)]
+'''
+
+SCRIPT = '''
+import datetime
+import os
+import sys
+import traceback
+
+import torch
+import torch.distributed as dist
+{IMPORT}  # IMPORT: the only line that differs
+{MODEL}
+
+def train(name, rank, world):
+    per_rank = 2 if name == "ScheduleInterleaved1F1B" else 1
+    n_stages = world * per_rank
+    parts = build_parts(n_stages)
+    mine = [rank + k * world for k in range(per_rank)]
+    stages = [PipelineStage(parts[s], s, n_stages, torch.device("cpu")) for s in mine]
+    cls = {{"ScheduleGPipe": ScheduleGPipe, "Schedule1F1B": Schedule1F1B,
+           "ScheduleInterleaved1F1B": ScheduleInterleaved1F1B}}[name]
+    sched = cls(stages if per_rank > 1 else stages[0], MICROBATCHES,
+                loss_fn=torch.nn.MSELoss())
+    params = [p for s in mine for p in parts[s].parameters()]
+    opt = torch.optim.SGD(params, lr=LR, momentum=MOMENTUM)
+    all_losses = []
+    for x, y in batches():
+        opt.zero_grad()
+        args = (x,) if 0 in mine else ()
+        kw = {{}}
+        losses = []
+        if n_stages - 1 in mine:
+            kw = {{"target": y, "losses": losses}}
+        sched.step(*args, **kw)
+        opt.step()
+        all_losses.append([float(l) for l in losses])
+    return {{"params": {{s: [p.detach().clone() for p in parts[s].parameters()]
+                        for s in mine}},
+            "losses": all_losses}}
+
+
+def main():
+    names, out = sys.argv[1].split(","), sys.argv[2]
+    torch.set_num_threads(1)
+    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    dist.init_process_group("gloo", rank=rank, world_size=world,
+                            timeout=datetime.timedelta(seconds=50))
+    results = {{}}
+    for name in names:  # in turn; the first failure ends the run
+        try:
+            results[name] = train(name, rank, world)
+        except Exception:
+            results[name] = {{"error": traceback.format_exc()}}
+            break
+        dist.barrier()
+    torch.save(results, out)
+    if all("error" not in r for r in results.values()):
+        dist.destroy_process_group()
+
+
+main()
+'''
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _model_namespace() -> dict:
+    ns: dict = {}
+    exec(compile(MODEL, "parity_model", "exec"), ns)  # the script's own model code
+    return ns
+
+
+def _launch(import_line: str, names: list[str], tmp_path, tag: str) -> dict:
+    """Run the script on RANKS processes for every schedule in `names`;
+    return {name: {"params": {stage: tensors}, "losses": ...} or
+    {"error": text}}. Bounded by LAUNCH_TIMEOUT; stragglers are killed."""
+    script = tmp_path / f"train_{tag}.py"
+    script.write_text(SCRIPT.format(IMPORT=import_line, MODEL=MODEL))
+    port = str(_free_port())
+    procs, outs, logs = [], [], []
+    for r in range(RANKS):
+        out = tmp_path / f"{tag}.{r}.pt"
+        log = open(tmp_path / f"{tag}.{r}.log", "w+")
+        env = dict(os.environ, RANK=str(r), WORLD_SIZE=str(RANKS), LOCAL_RANK=str(r),
+                   MASTER_ADDR="127.0.0.1", MASTER_PORT=port, OMP_NUM_THREADS="1",
+                   GLOO_SOCKET_IFNAME="lo",
+                   PYTHONPATH=os.pathsep.join(
+                       [_DPL_PATH] + ([os.environ["PYTHONPATH"]]
+                                      if os.environ.get("PYTHONPATH") else [])))
+        procs.append(subprocess.Popen([sys.executable, str(script), ",".join(names),
+                                       str(out)],
+                                      env=env, stdout=log, stderr=subprocess.STDOUT,
+                                      stdin=subprocess.DEVNULL, start_new_session=True))
+        outs.append(out)
+        logs.append(log)
+    deadline = time.monotonic() + LAUNCH_TIMEOUT
+    try:
+        while any(p.poll() is None for p in procs):
+            if time.monotonic() > deadline or any(p.poll() not in (None, 0) for p in procs):
+                break
+            time.sleep(0.02)
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                os.killpg(p.pid, signal.SIGKILL)
+                p.wait(timeout=10)
+    text = []
+    for r, log in enumerate(logs):
+        log.seek(0)
+        text.append(f"--- rank {r} (status {procs[r].returncode})\n{log.read()[-4000:]}")
+        log.close()
+    report = "\n".join(text)
+    merged: dict = {n: {"params": {}, "losses": None} for n in names}
+    for r, out in enumerate(outs):
+        if procs[r].returncode != 0 or not out.exists():
+            return {n: {"error": f"{tag}: rank {r} did not finish\n{report}"}
+                    for n in names}
+        for n, d in torch.load(out).items():
+            if "error" in d:
+                merged[n] = {"error": f"{tag}: rank {r}:\n{d['error']}\n{report}"}
+            elif "error" not in merged[n]:
+                merged[n]["params"].update(d["params"])
+                if d["losses"] and d["losses"][0]:
+                    merged[n]["losses"] = d["losses"]
+    for n in names:
+        if not merged[n]["params"] and "error" not in merged[n]:
+            merged[n] = {"error": f"{tag}: not run (an earlier schedule failed)\n{report}"}
+    return merged
+
+
+NAMES = ["ScheduleGPipe", "Schedule1F1B", "ScheduleInterleaved1F1B"]
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory) -> dict:
+    """Both sides, every schedule: one launch per side."""
+    tmp = tmp_path_factory.mktemp("parity")
+    return {"torch": _launch(TORCH_IMPORT, NAMES, tmp, "torch"),
+            "dpl": _launch(DPL_IMPORT, NAMES, tmp, "dpl")}
+
+
+def _reference(n_stages: int) -> dict:
+    """The same training on the unsplit model in this process."""
+    ns = _model_namespace()
+    parts = ns["build_parts"](n_stages)
+    model = torch.nn.Sequential(*parts)
+    opt = torch.optim.SGD(model.parameters(), lr=ns["LR"], momentum=ns["MOMENTUM"])
+    M = ns["MICROBATCHES"]
+    all_losses = []
+    for x, y in ns["batches"]():
+        opt.zero_grad()
+        losses = []
+        for xs, ys in zip(x.tensor_split(M), y.tensor_split(M)):
+            loss = torch.nn.functional.mse_loss(model(xs), ys)
+            loss.backward()
+            losses.append(float(loss.detach()))
+        for p in model.parameters():
+            p.grad.div_(M)
+        opt.step()
+        all_losses.append(losses)
+    return {"params": {s: [p.detach().clone() for p in parts[s].parameters()]
+                       for s in range(n_stages)}, "losses": all_losses}
+
+
+def _rel(a, b) -> float:
+    return float((a - b).abs().max() / b.abs().max().clamp_min(1e-30))
+
+
+def _worst(got: dict, want: dict) -> float:
+    assert sorted(got["params"]) == sorted(want["params"])
+    worst = 0.0
+    for s, ps in want["params"].items():
+        assert len(got["params"][s]) == len(ps)
+        for a, b in zip(got["params"][s], ps):
+            assert a.shape == b.shape and a.dtype == b.dtype == torch.float32
+            worst = max(worst, _rel(a, b))
+    return worst
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_same_script_same_parameters(name, runs):
+    n_stages = RANKS * (2 if name == "ScheduleInterleaved1F1B" else 1)
+    ref = _reference(n_stages)
+    init = _model_namespace()["build_parts"](n_stages)
+    # Training moved every stage's parameters (so equality below means something).
+    for s in range(n_stages):
+        assert any(_rel(p, q.detach()) > 1e-3 for p, q in
+                   zip(ref["params"][s], init[s].parameters()))
+    pt, dp = runs["torch"][name], runs["dpl"][name]
+    assert "error" not in pt, pt.get("error")
+    assert "error" not in dp, dp.get("error")
+    d_pt_dpl = _worst(dp, pt)
+    d_pt_ref = _worst(pt, ref)
+    d_dpl_ref = _worst(dp, ref)
+    assert d_pt_dpl <= TOL, f"dpl vs PyTorch: {d_pt_dpl:.3g}"
+    assert d_pt_ref <= TOL, f"PyTorch vs one process: {d_pt_ref:.3g}"
+    assert d_dpl_ref <= TOL, f"dpl vs one process: {d_dpl_ref:.3g}"
+    assert pt["losses"] is not None and dp["losses"] is not None
+    M = _model_namespace()["MICROBATCHES"]
+    assert all(len(l) == M for l in dp["losses"])
+    flat = [v for it in dp["losses"] for v in it]
+    assert flat == pytest.approx([v for it in pt["losses"] for v in it], rel=TOL)
+    assert flat == pytest.approx([v for it in ref["losses"] for v in it], rel=TOL)
