@@ -94,19 +94,25 @@ int sched_opts_build(const char *cmd, const struct sched_opts *o,
 		return cli_usage_error(cmd, "--microbatches is required");
 	if (!o->have_policy)
 		return cli_usage_error(cmd, "--policy is required");
-	if (o->policy == DPL_POLICY_INTERLEAVED && o->chunks < 2)
-		return cli_usage_error(cmd, "--chunks: policy interleaved needs "
-					    "--chunks V with V >= 2");
-	if (o->policy != DPL_POLICY_INTERLEAVED && o->chunks > 1)
-		return cli_usage_error(cmd, "--chunks %u: only policy "
-					    "interleaved takes chunks",
+	if (dpl_policy_chunks(o->policy) == 1 && o->chunks < 2)
+		return cli_usage_error(cmd, "--chunks: policy %s needs "
+					    "--chunks V with V >= 2",
+				       dpl_policy_name(o->policy));
+	if (dpl_policy_chunks(o->policy) != 1 && o->chunks > 1)
+		return cli_usage_error(cmd, "--chunks %u: only policies "
+					    "interleaved, looped-bfs and "
+					    "interleaved-zb take chunks (zbv "
+					    "always has 2)",
 				       o->chunks);
-	if (o->policy == DPL_POLICY_BOUNDED && !o->cap && !o->cap_all)
-		return cli_usage_error(cmd, "--cap: policy bounded needs --cap K "
-					    "or one value per stage");
-	if (o->policy != DPL_POLICY_BOUNDED && (o->cap || o->cap_all))
-		return cli_usage_error(cmd, "--cap: only policy bounded takes "
-					    "a cap");
+	if ((o->policy == DPL_POLICY_BOUNDED ||
+	     o->policy == DPL_POLICY_ZB_AUTO) && !o->cap && !o->cap_all)
+		return cli_usage_error(cmd, "--cap: policy %s needs --cap K "
+					    "or one value per stage",
+				       dpl_policy_name(o->policy));
+	if (o->policy != DPL_POLICY_BOUNDED &&
+	    o->policy != DPL_POLICY_ZB_AUTO && (o->cap || o->cap_all))
+		return cli_usage_error(cmd, "--cap: only policies bounded and "
+					    "zb-auto take a cap");
 	if (o->cap && o->ncap != o->stages)
 		return cli_usage_error(cmd, "--cap: %zu values for %u stages",
 				       o->ncap, o->stages);
@@ -116,7 +122,9 @@ int sched_opts_build(const char *cmd, const struct sched_opts *o,
 	p.chunks = o->chunks;
 	p.cap_mb = o->cap;
 	p.cap_all = o->cap_all;
-	if (o->have_costs && o->policy == DPL_POLICY_BOUNDED) {
+	if (o->have_costs && (o->policy == DPL_POLICY_BOUNDED ||
+			      o->policy == DPL_POLICY_ZB_AUTO ||
+			      o->policy == DPL_POLICY_ZB_H2)) {
 		costs = malloc(o->stages * sizeof *costs);
 		if (costs == NULL)
 			return cli_fail(cmd, "out of memory");
@@ -142,12 +150,14 @@ void sched_opts_free(struct sched_opts *o)
 void sched_opts_usage(FILE *f)
 {
 	fprintf(f,
-		"  --stages S           pipeline stages (ranks for interleaved), 1..%u\n"
+		"  --stages S           pipeline stages (ranks for policies with chunks), 1..%u\n"
 		"  --microbatches M     micro-batches per iteration, 1..%u\n"
-		"  --policy P           gpipe | 1f1b | 1f1b-comm | bounded | interleaved | zb-h1\n"
-		"  --chunks V           model chunks per rank (interleaved, V >= 2;\n"
-		"                       M must be a multiple of S)\n"
-		"  --cap K | K0,K1,...  in-flight micro-batch cap, all stages or per stage (bounded)\n"
+		"  --policy P           gpipe | 1f1b | 1f1b-comm | bounded | interleaved | zb-h1 |\n"
+		"                       looped-bfs | interleaved-zb | zbv | zb-h2 | zb-auto\n"
+		"  --chunks V           model chunks per rank, V >= 2 (interleaved, looped-bfs,\n"
+		"                       interleaved-zb; zbv always has 2)\n"
+		"  --cap K | K0,K1,...  in-flight micro-batch cap, all stages or per stage\n"
+		"                       (bounded, zb-auto)\n"
 		"  --costs F,B[,I,W]    per-micro-batch costs of every stage (default 1,2)\n",
 		CLI_MAX_STAGES, CLI_MAX_MICROBATCHES);
 }

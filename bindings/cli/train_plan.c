@@ -108,7 +108,7 @@ int train_resolve(struct train_job *J)
 	struct train_opts *o = &J->o;
 	struct dpl_schedule_params sp = {0};
 	uint64_t world = 0;
-	uint32_t p, s;
+	uint32_t p, s, chunks;
 	int rc;
 
 	if (o->plan_path && (rc = read_plan(J)) != 0)
@@ -119,18 +119,26 @@ int train_resolve(struct train_job *J)
 	}
 	if (!o->plan_path)
 		J->layers = (uint32_t)o->nwidths - 1;
-	if (o->policy == DPL_POLICY_INTERLEAVED && o->chunks == 0)
-		return cli_usage_error(CMD, "--policy interleaved needs "
-				       "--chunks V (>= 2)");
-	if (o->policy != DPL_POLICY_INTERLEAVED && o->chunks != 0)
+	chunks = dpl_policy_chunks(o->policy);
+	if (chunks == 1 && o->chunks == 0)
+		return cli_usage_error(CMD, "--policy %s needs --chunks V "
+				       "(>= 2)", dpl_policy_name(o->policy));
+	if (chunks != 1 && o->chunks != 0)
 		return cli_usage_error(CMD, "--chunks applies to --policy "
-				       "interleaved only");
-	if (o->policy == DPL_POLICY_BOUNDED && o->cap == 0)
-		return cli_usage_error(CMD, "--policy bounded needs --cap C");
-	if (o->policy != DPL_POLICY_BOUNDED && o->cap != 0)
+				       "interleaved, looped-bfs and "
+				       "interleaved-zb only%s",
+				       chunks ? " (zbv always has 2)" : "");
+	if (chunks == 1)
+		chunks = o->chunks;
+	if ((o->policy == DPL_POLICY_BOUNDED ||
+	     o->policy == DPL_POLICY_ZB_AUTO) && o->cap == 0)
+		return cli_usage_error(CMD, "--policy %s needs --cap C",
+				       dpl_policy_name(o->policy));
+	if (o->policy != DPL_POLICY_BOUNDED &&
+	    o->policy != DPL_POLICY_ZB_AUTO && o->cap != 0)
 		return cli_usage_error(CMD, "--cap applies to --policy "
-				       "bounded only");
-	J->nstages = o->stages * (o->chunks ? o->chunks : 1);
+				       "bounded and zb-auto only");
+	J->nstages = o->stages * (chunks ? chunks : 1);
 	J->ranks = o->stages;
 	if (J->nstages > TRAIN_MAX_STAGES)
 		return cli_usage_error(CMD, "%u stages (at most %u)",
@@ -143,7 +151,7 @@ int train_resolve(struct train_job *J)
 		return cli_usage_error(CMD, "--replicas: %zu values for %u "
 				       "stages (give one, or one per stage%s)",
 				       o->nreplicas, J->ranks,
-				       o->chunks ? " rank" : "");
+				       chunks ? " rank" : "");
 	for (p = 0; p < J->ranks; p++) {
 		J->reps[p] = o->nreplicas == 0   ? 1
 			     : o->nreplicas == 1 ? o->replicas[0]

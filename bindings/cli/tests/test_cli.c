@@ -126,8 +126,11 @@ Test(cli, bad_flags_name_themselves)
 	    "interleaved", "--chunks", "2", "--format", "xml");
 	one_line_error(&r, "--format: expected text, csv or json (got 'xml')");
 	RUN(&r, "schedule", "--stages", "4", "--microbatches", "6", "--policy",
-	    "interleaved", "--chunks", "2");
-	one_line_error(&r, "multiple of stages (got 6 for 4");
+	    "looped-bfs");
+	one_line_error(&r, "policy looped-bfs needs --chunks V with V >= 2");
+	RUN(&r, "schedule", "--stages", "4", "--microbatches", "6", "--policy",
+	    "zbv", "--chunks", "3");
+	one_line_error(&r, "only policies interleaved, looped-bfs and");
 	RUN(&r, "schedule", "--stages", "4", "--microbatches", "6", "--policy",
 	    "bounded", "--cap", "2,2");
 	one_line_error(&r, "--cap: 2 values for 4 stages");

@@ -150,3 +150,19 @@ def test_stage_of():
     assert [stage_of(r, [3, 1]) for r in range(4)] == [(0, 0), (0, 1), (0, 2), (1, 0)]
     with pytest.raises(dpl.InvalidArgument, match="rank 4 is outside a world of 4 ranks"):
         stage_of(4, [3, 1])
+
+
+def test_zbv_needs_two_stages_per_rank():
+    from dpl.torch import ScheduleZBVZeroBubble
+    s = ScheduleZBVZeroBubble(PipelineStage(lin(), 0, 1), 2, torch.nn.MSELoss())
+    x = torch.zeros(4, 4, dtype=torch.float64)
+    with pytest.raises(dpl.InvalidArgument, match="runs exactly two stages per rank"):
+        s.step(x, target=x)
+
+
+def test_one_stage_policy_refuses_two_stages():
+    stages = [PipelineStage(lin(), 0, 2), PipelineStage(lin(), 1, 2)]
+    s = ScheduleDAPPLE(stages, 2, torch.nn.MSELoss(), policy="1f1b")
+    x = torch.zeros(4, 4, dtype=torch.float64)
+    with pytest.raises(dpl.InvalidArgument, match="policy 1f1b runs one stage per rank"):
+        s.step(x, target=x)

@@ -35,10 +35,13 @@ torch = pytest.importorskip("torch")
 # The rank processes import dpl from where this process found it.
 _DPL_PATH = os.path.dirname(os.path.dirname(os.path.abspath(dpl.__file__)))
 
-TORCH_IMPORT = ("from torch.distributed.pipelining import PipelineStage, ScheduleGPipe, "
-                "Schedule1F1B, ScheduleInterleaved1F1B")
-DPL_IMPORT = ("from dpl.torch import PipelineStage, ScheduleGPipe, "
-              "Schedule1F1B, ScheduleInterleaved1F1B")
+_CLASSES = ("PipelineStage, ScheduleGPipe, Schedule1F1B, ScheduleInterleaved1F1B, "
+            "ScheduleLoopedBFS, ScheduleInterleavedZeroBubble, ScheduleZBVZeroBubble")
+TORCH_IMPORT = f"from torch.distributed.pipelining import {_CLASSES}"
+DPL_IMPORT = f"from dpl.torch import {_CLASSES}"
+# classes that hold two stages per rank; ZBV in a V (rank r: r and 2P-1-r)
+TWO_PER_RANK = ("ScheduleInterleaved1F1B", "ScheduleLoopedBFS",
+                "ScheduleInterleavedZeroBubble", "ScheduleZBVZeroBubble")
 RANKS = 2
 LAUNCH_TIMEOUT = 60.0
 TOL = 1e-5
@@ -84,13 +87,18 @@ import torch.distributed as dist
 {MODEL}
 
 def train(name, rank, world):
-    per_rank = 2 if name == "ScheduleInterleaved1F1B" else 1
+    per_rank = 2 if name in {TWO} else 1
     n_stages = world * per_rank
     parts = build_parts(n_stages)
     mine = [rank + k * world for k in range(per_rank)]
+    if name == "ScheduleZBVZeroBubble":
+        mine = [rank, 2 * world - 1 - rank]
     stages = [PipelineStage(parts[s], s, n_stages, torch.device("cpu")) for s in mine]
     cls = {{"ScheduleGPipe": ScheduleGPipe, "Schedule1F1B": Schedule1F1B,
-           "ScheduleInterleaved1F1B": ScheduleInterleaved1F1B}}[name]
+           "ScheduleInterleaved1F1B": ScheduleInterleaved1F1B,
+           "ScheduleLoopedBFS": ScheduleLoopedBFS,
+           "ScheduleInterleavedZeroBubble": ScheduleInterleavedZeroBubble,
+           "ScheduleZBVZeroBubble": ScheduleZBVZeroBubble}}[name]
     sched = cls(stages if per_rank > 1 else stages[0], MICROBATCHES,
                 loss_fn=torch.nn.MSELoss())
     params = [p for s in mine for p in parts[s].parameters()]
@@ -151,7 +159,7 @@ def _launch(import_line: str, names: list[str], tmp_path, tag: str) -> dict:
     return {name: {"params": {stage: tensors}, "losses": ...} or
     {"error": text}}. Bounded by LAUNCH_TIMEOUT; stragglers are killed."""
     script = tmp_path / f"train_{tag}.py"
-    script.write_text(SCRIPT.format(IMPORT=import_line, MODEL=MODEL))
+    script.write_text(SCRIPT.format(IMPORT=import_line, MODEL=MODEL, TWO=repr(TWO_PER_RANK)))
     port = str(_free_port())
     procs, outs, logs = [], [], []
     for r in range(RANKS):
@@ -204,7 +212,8 @@ def _launch(import_line: str, names: list[str], tmp_path, tag: str) -> dict:
     return merged
 
 
-NAMES = ["ScheduleGPipe", "Schedule1F1B", "ScheduleInterleaved1F1B"]
+NAMES = ["ScheduleGPipe", "Schedule1F1B", "ScheduleInterleaved1F1B", "ScheduleLoopedBFS",
+         "ScheduleInterleavedZeroBubble", "ScheduleZBVZeroBubble"]
 
 
 @pytest.fixture(scope="module")
@@ -255,7 +264,7 @@ def _worst(got: dict, want: dict) -> float:
 
 @pytest.mark.parametrize("name", NAMES)
 def test_same_script_same_parameters(name, runs):
-    n_stages = RANKS * (2 if name == "ScheduleInterleaved1F1B" else 1)
+    n_stages = RANKS * (2 if name in TWO_PER_RANK else 1)
     ref = _reference(n_stages)
     init = _model_namespace()["build_parts"](n_stages)
     # Training moved every stage's parameters (so equality below means something).

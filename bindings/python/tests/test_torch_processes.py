@@ -18,7 +18,7 @@ from torch_models import data, max_rel_diff, mlp, reference  # noqa: E402
 HERE = os.path.dirname(os.path.abspath(__file__))
 SCRIPT = os.path.join(HERE, "torch_rank_script.py")
 WIDTHS = [6, 16, 16, 12, 16, 10, 3]
-POLICIES = ["gpipe", "1f1b", "1f1b-comm", "bounded", "zb-h1"]
+POLICIES = ["gpipe", "1f1b", "1f1b-comm", "bounded", "zb-h1", "zb-h2", "zb-auto"]
 
 
 def launch(n, args, timeout=240, transport="shm"):
@@ -32,7 +32,8 @@ def launch(n, args, timeout=240, transport="shm"):
     ([2, 2], 1, 3, POLICIES),
     ([3, 1], 1, 5, POLICIES),
     ([2], 1, 3, ["1f1b", "zb-h1"]),
-    ([1, 1], 2, 2, ["interleaved"]),
+    ([1, 1], 2, 3, ["interleaved", "looped-bfs", "interleaved-zb"]),
+    ([2, 1], 2, 3, ["zbv"]),
 ])
 def test_shm_equals_one_device(tmp_path, reps, chunks, M, policies):
     r = launch(sum(reps), ["--replicas", ",".join(map(str, reps)), "--chunks", str(chunks),

@@ -43,6 +43,8 @@ def main() -> None:
     w = dpl.world.current()
     p, _ = stage_of(w.rank, reps)
     mine = [p + k * P for k in range(V)]
+    if a.policies == "zbv":
+        mine = [p, 2 * P - 1 - p]
     for policy in a.policies.split(","):
         mods = [copy.deepcopy(parts[s]) for s in mine]
         if w.rank == a.fail_rank:
@@ -51,7 +53,7 @@ def main() -> None:
                     raise RuntimeError(f"injected failure on rank {w.rank}")
             mods[0].register_forward_hook(boom)
         stages = [PipelineStage(m, s, S) for m, s in zip(mods, mine)]
-        opts = {"cap": 1} if policy == "bounded" else {}
+        opts = {"cap": 1} if policy in ("bounded", "zb-auto") else {}
         sched = ScheduleDAPPLE(stages if V > 1 else stages[0], a.microbatches,
                                torch.nn.MSELoss(), replicas=reps, policy=policy, **opts)
         opt = make_opt(a.opt, [q for m in mods for q in m.parameters()])

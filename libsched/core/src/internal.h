@@ -79,6 +79,19 @@ const char *dpl__where(char *buf, size_t n, uint32_t rank, size_t pos,
 
 /* Policies (policy.c) used by dpl_schedule_build (schedule.c). */
 int dpl__build_policy(const struct dpl_schedule_params *p, dpl_schedule *s);
+/* Builders of the policies in policy_looped.c and policy_zb.c. */
+int dpl__build_interleaved(const struct dpl_schedule_params *p,
+			   dpl_schedule *s);
+/* Forwards rank r of interleaved runs before its first backward. */
+uint32_t dpl__interleaved_warmup(uint32_t S, uint32_t M, uint32_t V,
+				 uint32_t r);
+int dpl__build_looped_bfs(const struct dpl_schedule_params *p,
+			  dpl_schedule *s);
+int dpl__build_interleaved_zb(const struct dpl_schedule_params *p,
+			      dpl_schedule *s);
+int dpl__build_zbv(const struct dpl_schedule_params *p, dpl_schedule *s);
+int dpl__build_zb_h2(const struct dpl_schedule_params *p, dpl_schedule *s);
+int dpl__build_zb_auto(const struct dpl_schedule_params *p, dpl_schedule *s);
 
 /*
  * Makespan of a compute-only schedule under `costs` (S entries or NULL)

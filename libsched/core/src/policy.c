@@ -13,6 +13,11 @@ static const char *const policy_names[DPL_POLICY__COUNT] = {
 	[DPL_POLICY_INTERLEAVED] = "interleaved",
 	[DPL_POLICY_ZB_H1] = "zb-h1",
 	[DPL_POLICY_CUSTOM] = "custom",
+	[DPL_POLICY_LOOPED_BFS] = "looped-bfs",
+	[DPL_POLICY_INTERLEAVED_ZB] = "interleaved-zb",
+	[DPL_POLICY_ZBV] = "zbv",
+	[DPL_POLICY_ZB_H2] = "zb-h2",
+	[DPL_POLICY_ZB_AUTO] = "zb-auto",
 };
 
 const char *dpl_policy_name(enum dpl_policy p)
@@ -31,7 +36,8 @@ int dpl_policy_parse(const char *name, enum dpl_policy *out)
 		}
 	return dpl__error(DPL_EINVAL,
 			  "unknown policy '%s' (expected gpipe, 1f1b, "
-			  "1f1b-comm, bounded, interleaved, zb-h1)",
+			  "1f1b-comm, bounded, interleaved, zb-h1, "
+			  "looped-bfs, interleaved-zb, zbv, zb-h2, zb-auto)",
 			  name);
 }
 
@@ -124,54 +130,6 @@ static int build_zb_h1(dpl_schedule *s)
 		}
 		while (w < M)
 			push(s, DPL_ACT_W, st, w++);
-	}
-	return 0;
-}
-
-/*
- * Interleaved 1F1B (Megatron's order with micro-batch groups of S): the
- * k-th forward of a rank is micro-batch (k / SV) * S + k % S of chunk
- * (k % SV) / S; its k-th backward the same micro-batch of chunk
- * V - 1 - (k % SV) / S. Rank r warms up with 2 (S - r - 1) + (V - 1) S
- * forwards, then alternates forward and backward, then drains.
- */
-static int build_interleaved(dpl_schedule *s)
-{
-	uint32_t S = s->ranks, V = s->chunks, M = s->microbatches, r;
-	uint64_t total = (uint64_t)M * V, SV = (uint64_t)S * V;
-	int rc;
-
-	for (r = 0; r < S; r++) {
-		uint64_t warm = 2 * (uint64_t)(S - r - 1) + (uint64_t)(V - 1) * S;
-		uint64_t f = 0, b = 0;
-
-		if (warm > total)
-			warm = total;
-		rc = dpl__list_reserve(&s->lists[r], 2 * total);
-		if (rc)
-			return rc;
-#define FWD(k)                                                                \
-	push(s, DPL_ACT_F, (uint32_t)(((k) % SV) / S) * S + r,                \
-	     (uint32_t)(((k) / SV) * S + (k) % S))
-#define BWD(k)                                                                \
-	push(s, DPL_ACT_B, (uint32_t)(V - 1 - ((k) % SV) / S) * S + r,        \
-	     (uint32_t)(((k) / SV) * S + (k) % S))
-		while (f < warm) {
-			FWD(f);
-			f++;
-		}
-		while (f < total) {
-			FWD(f);
-			f++;
-			BWD(b);
-			b++;
-		}
-		while (b < total) {
-			BWD(b);
-			b++;
-		}
-#undef FWD
-#undef BWD
 	}
 	return 0;
 }
@@ -362,12 +320,41 @@ int dpl__build_policy(const struct dpl_schedule_params *p, dpl_schedule *s)
 	case DPL_POLICY_ZB_H1:
 		return build_zb_h1(s);
 	case DPL_POLICY_INTERLEAVED:
-		return build_interleaved(s);
+		return dpl__build_interleaved(p, s);
 	case DPL_POLICY_BOUNDED:
 		return build_bounded(p, s);
+	case DPL_POLICY_LOOPED_BFS:
+		return dpl__build_looped_bfs(p, s);
+	case DPL_POLICY_INTERLEAVED_ZB:
+		return dpl__build_interleaved_zb(p, s);
+	case DPL_POLICY_ZBV:
+		return dpl__build_zbv(p, s);
+	case DPL_POLICY_ZB_H2:
+		return dpl__build_zb_h2(p, s);
+	case DPL_POLICY_ZB_AUTO:
+		return dpl__build_zb_auto(p, s);
 	default:
 		return dpl__error(DPL_EINVAL, "policy %d cannot be built",
 				  (int)p->policy);
+	}
+}
+
+int dpl_policy_buildable(enum dpl_policy p)
+{
+	return (unsigned)p < DPL_POLICY__COUNT && p != DPL_POLICY_CUSTOM;
+}
+
+uint32_t dpl_policy_chunks(enum dpl_policy p)
+{
+	switch (p) {
+	case DPL_POLICY_INTERLEAVED:
+	case DPL_POLICY_LOOPED_BFS:
+	case DPL_POLICY_INTERLEAVED_ZB:
+		return 1;
+	case DPL_POLICY_ZBV:
+		return 2;
+	default:
+		return 0;
 	}
 }
 
@@ -390,6 +377,37 @@ static int check_costs(const struct dpl_schedule_params *p)
 	return 0;
 }
 
+/*
+ * The chunks per rank of p's policy into *V: V >= 2 from p->chunks where
+ * dpl_policy_chunks() says 1, its fixed count where it says more, else 1.
+ */
+static int check_chunks(const struct dpl_schedule_params *p, uint32_t *V)
+{
+	uint32_t want = dpl_policy_chunks(p->policy);
+	const char *name = dpl_policy_name(p->policy);
+
+	if (want == 1) {
+		if (p->chunks < 2)
+			return dpl__error(DPL_EINVAL,
+					  "%s: chunks must be >= 2 (got %u)",
+					  name, p->chunks);
+		*V = p->chunks;
+	} else if (want > 1) {
+		if (p->chunks != 0 && p->chunks != want)
+			return dpl__error(DPL_EINVAL,
+					  "%s: chunks is always %u (got %u)",
+					  name, want, p->chunks);
+		*V = want;
+	} else if (p->chunks > 1) {
+		return dpl__error(DPL_EINVAL,
+				  "chunks %u: policy %s takes no chunks (only "
+				  "interleaved, looped-bfs and interleaved-zb "
+				  "take chunks; zbv has 2)",
+				  p->chunks, name);
+	}
+	return 0;
+}
+
 int dpl_schedule_build(const struct dpl_schedule_params *p,
 		       dpl_schedule **out)
 {
@@ -406,31 +424,11 @@ int dpl_schedule_build(const struct dpl_schedule_params *p,
 		return dpl__error(DPL_EINVAL,
 				  "microbatches must be >= 1 (got %u)",
 				  p->microbatches);
-	if ((unsigned)p->policy >= DPL_POLICY_CUSTOM)
+	if (!dpl_policy_buildable(p->policy))
 		return dpl__error(DPL_EINVAL, "policy %d is not buildable",
 				  (int)p->policy);
-	if (p->policy == DPL_POLICY_INTERLEAVED) {
-		V = p->chunks;
-		if (V < 2)
-			return dpl__error(DPL_EINVAL,
-					  "interleaved: chunks must be >= 2 "
-					  "(got %u)",
-					  V);
-		if (p->microbatches < p->stages ||
-		    p->microbatches % p->stages != 0)
-			return dpl__error(
-			    DPL_EINVAL,
-			    "interleaved: microbatches must be a multiple of "
-			    "stages (got %u for %u stages): forwards run in "
-			    "groups of S micro-batches per chunk, and a partial "
-			    "group leaves the next chunk waiting",
-			    p->microbatches, p->stages);
-	} else if (p->chunks > 1) {
-		return dpl__error(DPL_EINVAL,
-				  "chunks %u: only policy interleaved takes "
-				  "chunks",
-				  p->chunks);
-	}
+	if ((rc = check_chunks(p, &V)))
+		return rc;
 	if ((uint64_t)p->stages * V * p->microbatches * 3 > DPL__MAX_ACTIONS ||
 	    (uint64_t)p->stages * V >= UINT32_MAX)
 		return dpl__error(DPL_ERANGE,

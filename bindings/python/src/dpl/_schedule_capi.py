@@ -39,7 +39,7 @@ U32_MAX = 0xFFFFFFFF
 
 # enum dpl_policy
 POLICY_CUSTOM = 6
-POLICY_COUNT = 7
+POLICY_COUNT = 12
 
 # enum dpl_sim_event_kind
 SIM_EVENT_KINDS = ("compute", "transfer", "reduce", "step")

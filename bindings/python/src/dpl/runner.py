@@ -38,37 +38,30 @@ def dtype_code(name: str) -> int:
     return code
 
 
-class StageArgs:
-    """What one stage callback gets (``struct dpl_stage_args``).
+class StageArgs(capi.StageArgs):
+    """What one stage callback gets: ``struct dpl_stage_args`` itself.
 
-    Attributes mirror the C struct: ``stage``, ``microbatch``, ``slot``,
-    ``replica``, ``iteration``, ``begin``, ``end`` (this replica's samples),
-    ``batch``; ``input``, ``output``, ``grad_output``, ``grad_input`` are
-    addresses (0 when they do not apply) with their ``*_bytes``. The
-    buffers belong to the runner and stay valid from the forward of the
+    Fields: ``stage``, ``microbatch``, ``slot``, ``replica``,
+    ``iteration``, ``begin``, ``end`` (this replica's samples), ``batch``;
+    ``input``, ``output``, ``grad_output``, ``grad_input`` are addresses
+    (None when they do not apply) with their ``*_bytes``. The buffers
+    belong to the runner and stay valid from the forward of the
     micro-batch until its backward (or W) returns. Use :meth:`array` or
     :meth:`tensor` to see them without copying. Valid only during the
-    callback it was passed to.
+    callback it was passed to (it is read in place from the C struct).
     """
 
-    __slots__ = ("_c", "_runner")
-
-    def __init__(self, c: capi.StageArgs, runner: "Runner"):
-        self._c = c
-        self._runner = runner
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._c, name)
+    _runner: "Runner | None" = None   # set on each runner's own subclass
 
     def array(self, which: str, dtype: Any = "float64", shape: Sequence[int] | None = None):
         """The buffer ``which`` ("input", "output", "grad_output",
         "grad_input") as a numpy array of ``dtype`` (1-D, or ``shape``),
         sharing dpl's memory. None when the buffer does not apply."""
-        return self._runner._view(self._c, which, "numpy", dtype, shape)
+        return self._runner._view(self, which, "numpy", dtype, shape)
 
     def tensor(self, which: str, dtype: Any, shape: Sequence[int] | None = None):
         """Like :meth:`array`, as a torch tensor (torch must be installed)."""
-        return self._runner._view(self._c, which, "torch", dtype, shape)
+        return self._runner._view(self, which, "torch", dtype, shape)
 
 
 def _view_numpy(addr: int, nbytes: int, dtype: Any):
@@ -143,6 +136,7 @@ class Runner:
                     f"replicas has {len(replicas)} values, the schedule has {ranks} pipeline ranks")
             self._reps = (c_uint32 * ranks)(*replicas)
         self._grad_bufs: dict[int, Any] = {}
+        self._args_cls: type | None = None
         self._make_ops(callbacks, name)
         p = capi.RunnerParams()
         p.schedule = schedule._ptr
@@ -196,11 +190,13 @@ class Runner:
         return errors.ECALLBACK
 
     def _wrap_stage(self, fn: Callable) -> Callable:
-        from_address = capi.StageArgs.from_address
+        if self._args_cls is None:
+            self._args_cls = type("StageArgs", (StageArgs,), {"_runner": self})
+        from_address = self._args_cls.from_address
 
         def call(user, addr):
             try:
-                fn(StageArgs(from_address(addr), self))
+                fn(from_address(addr))
                 return 0
             except BaseException as e:  # noqa: BLE001 - reported through dpl
                 return self._fail(e, "stage callback")
@@ -233,7 +229,7 @@ class Runner:
                 return self._fail(e, f"step of stage {stage}")
         return call
 
-    def _view(self, c: capi.StageArgs, which: str, kind: str, dtype: Any, shape):
+    def _view(self, c: capi.StageArgs, which: str, kind: str, dtype: Any, shape: Any) -> Any:
         addr = getattr(c, which)
         if not addr:
             return None

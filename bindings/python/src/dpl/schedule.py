@@ -36,7 +36,9 @@ KINDS = ("F", "B", "I", "W", "SEND_F", "RECV_F", "SEND_B", "RECV_B",
          "REDUCE_GRAD", "STEP")
 #: Policy names in the order of ``enum dpl_policy``; all but "custom" build.
 POLICIES = ("gpipe", "1f1b", "1f1b-comm", "bounded", "interleaved", "zb-h1",
-            "custom")
+            "custom", "looped-bfs", "interleaved-zb", "zbv", "zb-h2", "zb-auto")
+#: Policies that take ``chunks`` V >= 2; zbv always has 2 (dpl_policy_chunks).
+_CHUNKED = ("interleaved", "looped-bfs", "interleaved-zb")
 _KIND_INDEX = {k: i for i, k in enumerate(KINDS)}
 _NO_MB = ("REDUCE_GRAD", "STEP")
 _ESCHED, _EDEADLOCK = -4002, -4003
@@ -521,9 +523,10 @@ def schedule(policy: str, stages: int, microbatches: int, *, chunks: int | None 
              costs: CostsArg = None) -> Schedule:
     """Build a policy's compute-only lists (``dpl_schedule_build``).
 
-    ``policy``: "gpipe", "1f1b", "1f1b-comm", "bounded", "interleaved" or
-    "zb-h1". ``stages`` S (ranks for interleaved, which has S * chunks
-    stages), ``microbatches`` M. ``chunks``: interleaved's V >= 2.
+    ``policy``: one of POLICIES but "custom". ``stages`` S (ranks for the
+    policies with chunks, which have S * chunks stages), ``microbatches``
+    M. ``chunks``: V >= 2 for interleaved, looped-bfs and interleaved-zb
+    (zbv always has 2 and takes none).
     ``cap`` (int or one per stage) or ``cap_bytes`` with
     ``activation_bytes`` (int or one per stage): bounded's memory cap.
     ``costs``: one StageCost / ``(f, b[, i, w])`` for every stage or one
@@ -539,23 +542,24 @@ def schedule(policy: str, stages: int, microbatches: int, *, chunks: int | None 
     name = POLICIES[pol]
     if chunks is not None:
         chunks = _int("chunks", chunks)
-        if chunks > 1 and name != "interleaved":
-            raise _bad(f"chunks {chunks}: only policy interleaved takes chunks "
-                       f"(got policy '{name}')")
-    if name == "interleaved" and (chunks is None or chunks < 2):
-        raise _bad(f"interleaved: chunks must be >= 2 (got {chunks})")
-    bounded = name == "bounded"
+        if chunks > 1 and name not in _CHUNKED:
+            raise _bad(f"chunks {chunks}: only policies {', '.join(_CHUNKED)} take "
+                       f"chunks (got policy '{name}')")
+    if name in _CHUNKED and (chunks is None or chunks < 2):
+        raise _bad(f"{name}: chunks must be >= 2 (got {chunks})")
+    bounded = name in ("bounded", "zb-auto")  # the policies with a cap
     for k, v in (("cap", cap), ("cap_bytes", cap_bytes), ("activation_bytes", activation_bytes)):
         if v is not None and not bounded:
-            raise _bad(f"{k}: only policy bounded takes a cap (got policy '{name}')")
+            raise _bad(f"{k}: only policies bounded and zb-auto take a cap "
+                       f"(got policy '{name}')")
     if bounded and cap is None and cap_bytes is None:
-        raise _bad("policy bounded needs cap= (int or one per stage) or cap_bytes= "
+        raise _bad(f"policy {name} needs cap= (int or one per stage) or cap_bytes= "
                    "with activation_bytes=")
     if cap is not None and cap_bytes is not None:
-        raise _bad("policy bounded: give cap or cap_bytes, not both")
+        raise _bad(f"policy {name}: give cap or cap_bytes, not both")
     if cap_bytes is not None and activation_bytes is None:
         raise _bad("cap_bytes needs activation_bytes (int or one per stage)")
-    n_stages = S * (chunks if name == "interleaved" else 1)
+    n_stages = S * (chunks if name in _CHUNKED else 2 if name == "zbv" else 1)
     c = _costs(costs, n_stages)
     p = capi.CScheduleParams(stages=S, microbatches=M, policy=pol, chunks=chunks or 0)
     keep: list[Any] = []

@@ -4,7 +4,8 @@
  *
  * A schedule is one ordered list of actions per rank of one pipeline.
  * Stage s of S runs on rank s % R, where R is the number of ranks (files
- * may map stages otherwise); for every policy but `interleaved` R == S. Replicas of a stage (data
+ * may map stages otherwise); for every policy without chunks R == S,
+ * for those with V chunks per rank S = V R. Replicas of a stage (data
  * parallelism inside a stage) all run the list of their stage's rank, so
  * a schedule describes one pipeline whatever the replication.
  *
@@ -95,12 +96,32 @@ enum dpl_policy {
 	DPL_POLICY_INTERLEAVED = 4, /* V model chunks per rank */
 	DPL_POLICY_ZB_H1 = 5,       /* zero-bubble H1: B split into I and W */
 	DPL_POLICY_CUSTOM = 6,      /* loaded from a file or built by hand */
-	DPL_POLICY__COUNT = 7
+	DPL_POLICY_LOOPED_BFS = 7,  /* V chunks per rank, breadth-first */
+	DPL_POLICY_INTERLEAVED_ZB = 8, /* interleaved with I/W split (ZB1P) */
+	DPL_POLICY_ZBV = 9,         /* zero-bubble V: stages r and 2S-1-r */
+	DPL_POLICY_ZB_H2 = 10,      /* zero-bubble H2: twice 1F1B's memory */
+	DPL_POLICY_ZB_AUTO = 11,    /* zero-bubble under a memory cap */
+	DPL_POLICY__COUNT = 12
 };
 
 /*
+ * dpl_policy_buildable - 1 when dpl_schedule_build() builds `p` (every
+ * policy but DPL_POLICY_CUSTOM), else 0. Pure; thread-safe.
+ */
+DPL_EXTERN int dpl_policy_buildable(enum dpl_policy p);
+
+/*
+ * dpl_policy_chunks - how many model chunks per rank `p` takes: 0 for a
+ * policy without chunks, 2 for zbv (always two), and 1 (meaning "V >= 2,
+ * from dpl_schedule_params.chunks") for interleaved, looped-bfs and
+ * interleaved-zb. Pure; thread-safe.
+ */
+DPL_EXTERN uint32_t dpl_policy_chunks(enum dpl_policy p);
+
+/*
  * dpl_policy_name / dpl_policy_parse - "gpipe", "1f1b", "1f1b-comm",
- * "bounded", "interleaved", "zb-h1", "custom". dpl_policy_name returns
+ * "bounded", "interleaved", "zb-h1", "custom", "looped-bfs",
+ * "interleaved-zb", "zbv", "zb-h2", "zb-auto". dpl_policy_name returns
  * NULL for an unknown value; dpl_policy_parse returns 0 and writes *out,
  * or DPL_EINVAL naming the text (and listing the valid names).
  */
@@ -130,24 +151,78 @@ struct dpl_stage_cost {
  * with cap_s >= S-s on every stage the result is exactly `1f1b`.
  *
  * `interleaved` takes chunks = V >= 2 model chunks per rank; stage index
- * chunk * S + rank. It accepts M >= S with M a multiple of S (Megatron's
- * rule with micro-batch groups of S): forwards of a chunk run in groups of
- * S micro-batches, so a partial group leaves chunk c + 1 of the last rank
- * waiting for data the first rank has not produced yet and the lists
- * deadlock or lose their bubble bound. Other M are rejected with that
- * reason.
+ * chunk * S + rank (S ranks). It accepts every M >= 1. The micro-batches
+ * form max(1, floor(M / S)) consecutive groups whose sizes differ by at
+ * most one, the larger first (so each holds at least S micro-batches,
+ * unless M < S and there is one group of M); every rank runs its forwards
+ * group by group, chunk by chunk, and its backwards in the same order with
+ * the chunks reversed. Rank r warms up with (V - 1) G + 2 (S - r - 1)
+ * forwards, G the first group's size (capped at M V), then alternates one
+ * forward and one backward. With M a multiple of S every group has S
+ * micro-batches: Megatron's order, whose makespan under F = 1, B = 2 is
+ * 3 M V + 3 (S - 1) chunk units. Where PyTorch's ScheduleInterleaved1F1B
+ * accepts M (M divisible by its max(1, floor(M / S)) rounds, e.g. M = 6 or
+ * M = 2 on 4 ranks) the lists are its lists; the other M (e.g. 9 on 4
+ * ranks: groups of 5 and 4), which PyTorch refuses, run too. Groups of at
+ * least S micro-batches that never grow keep the lists deadlock-free under
+ * rendezvous sends (validated for every S <= 24, M <= 120, V <= 6).
+ * Bound: rank r keeps at most min(M V, (V - 1) G + 2 (S - r - 1) + 1)
+ * micro-batches alive over its chunks.
+ *
+ * `looped-bfs` (PyTorch's ScheduleLoopedBFS, breadth-first pipelining)
+ * takes chunks = V >= 2 and the same stage numbering, and any M >= 1:
+ * rank r runs the forwards of its chunk 0 for micro-batches 0..M-1, then
+ * those of chunk 1, ..., then the backwards chunk V-1 first, each chunk's
+ * micro-batches from M-1 down to 0. Every stage keeps M micro-batches
+ * alive, a rank M V; under F = 1, B = 2 the makespan is
+ * 3 V max(M, S) + 3 (min(M, S) - 1).
  *
  * `zb-h1` delays the W of rank r by r micro-batches (the zero-bubble
  * paper's ZB-H1, PyTorch's ZB1P with one chunk): with F = I = W its bubble
  * is a third of 1F1B's, and every stage keeps at most min(S, M)
  * micro-batches alive until their W, the peak 1F1B has on stage 0; counted
  * up to I, stage s keeps at most min(S-s, M), like 1F1B.
+ *
+ * `zbv` is the zero-bubble paper's ZB-V in PyTorch's
+ * ScheduleZBVZeroBubble order: always 2 chunks per rank (chunks 0 or 2),
+ * 2S stages, rank r holds stages r and 2S-1-r (a V), with F, I and W.
+ * Any M >= 1: for M < 2S-1 the lists are those of 2S-1 micro-batches
+ * without the extra ones, as PyTorch pads. Every rank keeps at most
+ * 2 min(S, M) chunk micro-batches alive until their W -- with chunks of
+ * half a stage, the activations 1F1B keeps on its first stage. With
+ * F = I = W per chunk it finishes with PyTorch's order (S=4, M=8: 51).
+ *
+ * `interleaved-zb` is PyTorch's ScheduleInterleavedZeroBubble (ZB1P with
+ * chunks = V >= 2; stage index chunk * S + rank), for any M >= 1:
+ * micro-batches in max(1, M / S) rounds whose sizes differ by at most one,
+ * the larger first (PyTorch's equal rounds, and its lists, wherever
+ * PyTorch takes M); rank r warms up with (V-1) G0 + S-1-r forwards (G0 the
+ * first round's size), then runs F, I and, after r of them, the W of the
+ * oldest I. Every rank keeps at most min(V M, (V-1) G0 + S) chunk
+ * micro-batches alive until their W; with F = I = W and M >= S it
+ * finishes at 3 V M + S - 1.
+ *
+ * `zb-h2` and `zb-auto` (one stage per rank, any M) run Zero Bubble's
+ * greedy heuristic under a cap per stage and `costs` (F, I, W per stage):
+ * in time order, a free stage runs a ready I, else a ready F while fewer
+ * than cap micro-batches are alive until their W, and fills gaps with W.
+ * `zb-auto` takes its cap as `bounded` does (exactly one of cap_mb,
+ * cap_all, cap_bytes + activation_bytes), records it (so validation
+ * enforces it) and returns the fastest, under `costs` with free
+ * communication, of six greedy variants and zb-h1 where zb-h1 fits the
+ * cap: never slower than zb-h1 at a cap of S or more. `zb-h2` is one
+ * variant with cap 2S (twice the peak of 1F1B's first stage and of
+ * zb-h1), against zb-h1: every stage keeps at most min(2S, M)
+ * micro-batches alive; with F=1, I=2, W=1 and M >= 2S it reaches the
+ * lower bound (S-1) F + M (F+I+W), half of zb-h1's bubble. With
+ * F = I = W zb-h1 is already at that bound. Deterministic; building
+ * S=64, M=1024 takes about 0.03 s (zb-h2) and 0.2 s (zb-auto).
  */
 struct dpl_schedule_params {
-	uint32_t stages;       /* S >= 1 (ranks for interleaved) */
+	uint32_t stages;       /* S >= 1 (ranks for policies with chunks) */
 	uint32_t microbatches; /* M >= 1 */
 	enum dpl_policy policy;
-	uint32_t chunks;        /* interleaved: V >= 2; others: 0 or 1 */
+	uint32_t chunks;        /* see dpl_policy_chunks(); others 0 or 1 */
 	const uint32_t *cap_mb; /* bounded: S values >= 1, or NULL */
 	uint32_t cap_all;       /* bounded: one value for all, 0 = unset */
 	const uint64_t *cap_bytes;        /* bounded: S byte budgets */

@@ -7,8 +7,9 @@ replication, every dpl policy, any micro-batch count the policy accepts).
 first stage takes the whole batch and splits it into micro-batches along
 dimension 0 (sizes differ by at most one, larger first, as
 ``torch.tensor_split``); the last stage takes the target, appends each
-micro-batch's loss to ``losses`` and returns the outputs concatenated;
-other ranks return None. Gradients accumulate in the parameters' ``.grad``
+micro-batch's loss to ``losses`` and returns the outputs concatenated
+(None on a replica whose shares of every micro-batch are empty); other
+ranks return None. Gradients accumulate in the parameters' ``.grad``
 (divided by the number of micro-batches when ``scale_grads``); the caller
 runs the optimizer, as with PyTorch.
 
@@ -33,6 +34,9 @@ from ..schedule import schedule as build_schedule
 from .stage import PipelineStage, _bad, nbytes_per_sample, split_replicas
 
 _META_BYTES = 2048
+# model chunks per rank of a policy (dpl_policy_chunks): 1 = V >= 2 from the
+# stages given, 2 = exactly two (zbv), absent = one stage per rank
+_CHUNKS = {"interleaved": 1, "looped-bfs": 1, "interleaved-zb": 1, "zbv": 2}
 
 
 class _PipelineSchedule:
@@ -147,9 +151,16 @@ class _PipelineSchedule:
         prank, self._replica = split_replicas(w.rank, reps)
         M = self._n_microbatches
         opts = dict(self._options)
-        if V > 1:
+        kind = _CHUNKS.get(self._policy_name, 0)
+        if V > 1 and kind == 0:
+            raise _bad(f"policy {self._policy_name} runs one stage per rank; this rank was "
+                       f"given {V} (stages {sorted(self._stages)})")
+        if kind == 2 and V != 2:
+            raise _bad(f"policy {self._policy_name} runs exactly two stages per rank "
+                       f"(rank r holds stages r and 2P-1-r); this rank was given {V}")
+        if kind == 1:
             opts.setdefault("chunks", V)
-        sched = build_schedule(self._policy_name, P if V > 1 else S, M, **opts).lower()
+        sched = build_schedule(self._policy_name, P if kind else S, M, **opts).lower()
         mine = sorted(s for s in range(S) if sched.stage_rank(s) == prank)
         if mine != sorted(self._stages):
             raise _bad(f"rank {w.rank} (pipeline rank {prank}) runs stages {mine} under "
@@ -347,6 +358,26 @@ class ScheduleInterleaved1F1B(_PipelineSchedule):
     """Interleaved 1F1B over several stages per rank (``ScheduleInterleaved1F1B``):
     rank r holds stages r, r + P, r + 2P, ..."""
     _policy = "interleaved"
+
+
+class ScheduleLoopedBFS(_PipelineSchedule):
+    """Breadth-first over several stages per rank (``ScheduleLoopedBFS``):
+    every forward of a rank's first stage, then its next, ...; rank r holds
+    stages r, r + P, ..."""
+    _policy = "looped-bfs"
+
+
+class ScheduleInterleavedZeroBubble(_PipelineSchedule):
+    """Interleaved 1F1B with the backward split into input and weight
+    gradients (``ScheduleInterleavedZeroBubble``, ZB1P); rank r holds
+    stages r, r + P, ..."""
+    _policy = "interleaved-zb"
+
+
+class ScheduleZBVZeroBubble(_PipelineSchedule):
+    """Zero-bubble V (``ScheduleZBVZeroBubble``): two stages per rank, rank
+    r holding stages r and 2P - 1 - r, backward split into I and W."""
+    _policy = "zbv"
 
 
 class ScheduleDAPPLE(_PipelineSchedule):
