@@ -1,0 +1,185 @@
+"""The benchmark's models, data and split, shared by both sides.
+
+Every rank builds the whole model from the same seed and keeps its stage's
+slice, so the two libraries train the same parameters on the same data.
+Nothing here touches a process group.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Callable
+
+import torch
+from torch import nn
+
+SEED = 1234
+
+
+@dataclass(frozen=True)
+class Case:
+    """One benchmark configuration.
+
+    name: short label ("a", "a-gpipe", "a-f64", "b", "c", "tiny");
+    kind: "mlp", "transformer" or "tiny"; widths: MLP layer widths (input ..
+    classes); batch: samples per step; microbatches: M; dtype: "f32" or
+    "f64"; schedule: "1f1b" or "gpipe"; iters: timed steps per run by
+    default; layers: transformer layers; seq, d_model, nhead, ffn: the
+    transformer's shape.
+    """
+
+    name: str
+    kind: str
+    batch: int
+    microbatches: int
+    dtype: str = "f32"
+    schedule: str = "1f1b"
+    iters: int = 10
+    widths: tuple[int, ...] = ()
+    layers: int = 8
+    seq: int = 64
+    d_model: int = 256
+    nhead: int = 4
+    ffn: int = 1024
+
+
+SMALL = (16,) + (64,) * 7 + (4,)
+LARGE = (16,) + (1024,) * 7 + (4,)
+
+CASES: dict[str, Case] = {
+    "a": Case("a", "mlp", 64, 32, widths=SMALL, iters=20),
+    "a-gpipe": Case("a-gpipe", "mlp", 64, 32, schedule="gpipe",
+                    widths=SMALL, iters=20),
+    "a-f64": Case("a-f64", "mlp", 64, 32, dtype="f64", widths=SMALL,
+                  iters=20),
+    "b": Case("b", "mlp", 256, 8, widths=LARGE, iters=5),
+    "c": Case("c", "transformer", 16, 8, iters=3),
+}
+
+# --cases a,b,c expands to these rows.
+GROUPS: dict[str, tuple[str, ...]] = {
+    "a": ("a", "a-gpipe", "a-f64"),
+    "b": ("b",),
+    "c": ("c",),
+}
+
+
+def torch_dtype(case: Case) -> torch.dtype:
+    """The torch dtype of a case ("f32" -> float32, "f64" -> float64)."""
+    return {"f32": torch.float32, "f64": torch.float64}[case.dtype]
+
+
+def _layers(case: Case) -> list[nn.Module]:
+    if case.kind == "mlp":
+        out: list[nn.Module] = []
+        w = case.widths
+        for i in range(len(w) - 1):
+            block = [nn.Linear(w[i], w[i + 1])]
+            if i < len(w) - 2:
+                block.append(nn.ReLU())
+            out.append(nn.Sequential(*block))
+        return out
+    if case.kind == "transformer":
+        return [nn.TransformerEncoderLayer(case.d_model, case.nhead,
+                                           dim_feedforward=case.ffn,
+                                           dropout=0.0, batch_first=True)
+                for _ in range(case.layers)]
+    raise ValueError(f"case kind {case.kind!r} has no layers")
+
+
+class Scale(nn.Module):
+    """A nearly free stage: multiplies its input by one scalar parameter."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.w = nn.Parameter(torch.ones(1))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x * self.w
+
+
+def stage_module(case: Case, stage: int, stages: int) -> nn.Module:
+    """Stage `stage` of `stages` of the case's model.
+
+    The whole model is built from SEED on every call, so every rank gets
+    the same parameters; layers are split into `stages` contiguous groups
+    of equal size (the layer count must divide evenly).
+    """
+    torch.manual_seed(SEED)
+    if case.kind == "tiny":
+        return Scale()
+    layers = _layers(case)
+    if len(layers) % stages:
+        raise ValueError(f"{len(layers)} layers do not split into "
+                         f"{stages} equal stages")
+    per = len(layers) // stages
+    mod = nn.Sequential(*layers[stage * per:(stage + 1) * per])
+    return mod.to(torch_dtype(case))
+
+
+def batch_data(case: Case) -> tuple[torch.Tensor, torch.Tensor]:
+    """The fixed (input, target) batch of a case, the same on every rank."""
+    g = torch.Generator().manual_seed(SEED + 1)
+    dt = torch_dtype(case)
+    if case.kind == "mlp":
+        x = torch.randn(case.batch, case.widths[0], generator=g, dtype=dt)
+        y = torch.randint(0, case.widths[-1], (case.batch,), generator=g)
+        return x, y
+    if case.kind == "transformer":
+        shape = (case.batch, case.seq, case.d_model)
+        return (torch.randn(shape, generator=g, dtype=dt),
+                torch.randn(shape, generator=g, dtype=dt))
+    x = torch.randn(case.batch, 2, generator=g, dtype=dt)
+    return x, torch.zeros_like(x)
+
+
+def loss_fn(case: Case) -> Callable[[torch.Tensor, torch.Tensor], torch.Tensor]:
+    """Cross entropy for the MLPs, mean squared error otherwise."""
+    if case.kind == "mlp":
+        return nn.CrossEntropyLoss()
+    return nn.MSELoss()
+
+
+def tiny_case(stages: int, microbatches: int, iters: int) -> Case:
+    """The callback-cost case: Scale stages, 2 values per sample, one
+    sample per micro-batch."""
+    return Case("tiny", "tiny", batch=microbatches,
+                microbatches=microbatches, iters=iters)
+
+
+def tiny_ops_seconds(stages: int, microbatches: int, steps: int,
+                     warmup: int = 20) -> float:
+    """Seconds per step of the callback case's torch work alone: every
+    stage's forward and backward of every micro-batch, in this process and
+    thread, no pipeline, no transfers (a stage's input is the previous
+    stage's output detached, as a pipeline stage receives it)."""
+    torch.set_num_threads(1)
+    case = tiny_case(stages, microbatches, steps)
+    mods = [stage_module(case, s, stages) for s in range(stages)]
+    x, y = batch_data(case)
+    lf = loss_fn(case)
+
+    def one() -> None:
+        kept = []
+        for j in range(microbatches):
+            inp, chain = x[j:j + 1], []
+            for s, m in enumerate(mods):
+                if s > 0:
+                    inp = inp.detach().requires_grad_(True)
+                out = m(inp)
+                chain.append((inp, out))
+                inp = out
+            kept.append((chain, lf(inp, y[j:j + 1])))
+        for chain, loss in kept:
+            grad = None
+            for s in reversed(range(stages)):
+                inp, out = chain[s]
+                torch.autograd.backward(loss if s == stages - 1 else out, grad)
+                grad = inp.grad if s > 0 else None
+
+    for _ in range(warmup):
+        one()
+    t = time.perf_counter()
+    for _ in range(steps):
+        one()
+    return (time.perf_counter() - t) / steps
