@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable, Sequence, Union
 
+from ._files import _umask
 from . import _plan_capi as C
 from . import errors as _errors
 from .errors import Error, InvalidArgument, check
@@ -73,18 +74,6 @@ def _write_atomic(path: PathLike, text: str) -> None:
         except OSError:
             pass
         raise
-
-
-def _umask() -> int:
-    """The process umask, read without changing it (Linux), else 022."""
-    try:
-        with open("/proc/self/status", encoding="ascii") as f:
-            for line in f:
-                if line.startswith("Umask:"):
-                    return int(line.split()[1], 8)
-    except (OSError, ValueError, IndexError):
-        pass
-    return 0o022
 
 
 def _read(path: PathLike, what: str) -> str:

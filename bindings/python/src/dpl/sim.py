@@ -35,6 +35,7 @@ from dataclasses import dataclass
 from typing import Any, Iterator, Sequence
 from contextlib import contextmanager
 
+from ._files import _umask
 from . import _schedule_capi as capi
 from .errors import check
 from ._schedule_capi import int_seq, to_int as _int, to_num as _num
@@ -275,14 +276,3 @@ def trace(s: Schedule, path: str | os.PathLike, *, us_per_unit: float = 0.0,
             raise
 
 
-def _umask() -> int:
-    try:
-        with open("/proc/self/status") as f:
-            for line in f:
-                if line.startswith("Umask:"):
-                    return int(line.split()[1], 8)
-    except (OSError, ValueError):
-        pass
-    m = os.umask(0o022)
-    os.umask(m)
-    return m
