@@ -19,16 +19,8 @@ import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
-
-
-def lib_path(build: str) -> str:
-    dirs = set()
-    for root, _dirs, files in os.walk(build):
-        if "install" in root or "installed" in root or "CMakeFiles" in root:
-            continue
-        if any(f.startswith("libdpl") and f.endswith(".so") for f in files):
-            dirs.add(root)
-    return os.pathsep.join(sorted(dirs))
+sys.path.insert(0, os.path.join(HERE, "torch_pipelining"))
+import launch  # noqa: E402  (dpl_env: the environment that imports dpl from this tree)
 
 
 def c_step(build: str, S: int, M: int, iters: int) -> float:
@@ -42,8 +34,7 @@ def c_step(build: str, S: int, M: int, iters: int) -> float:
 
 
 def py_step(build: str, S: int, M: int, iters: int) -> tuple[float, int]:
-    env = dict(os.environ, DPL_LIBRARY_PATH=lib_path(build),
-               PYTHONPATH=os.path.join(REPO, "bindings", "python", "src"))
+    env = launch.dpl_env(build)
     with tempfile.TemporaryDirectory() as out:
         cmd = [sys.executable, "-m", "dpl.run", "-n", str(S), "--transport", "shm",
                os.path.join(HERE, "python_callback_rank.py"), str(M), str(iters), out]

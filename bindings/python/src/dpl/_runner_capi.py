@@ -116,7 +116,6 @@ def core() -> ctypes.CDLL:
                                         POINTER(c_uint32), POINTER(c_uint32)]),
         "dpl_split": (c_int, [c_uint64, c_uint64, c_uint64, POINTER(c_uint64),
                               POINTER(c_uint64)]),
-        "dpl_set_error": (c_int, [c_int, c_char_p]),
         "dpl_schedule_ranks": (c_uint32, [c_void_p]),
         "dpl_schedule_stages": (c_uint32, [c_void_p]),
         "dpl_schedule_microbatches": (c_uint32, [c_void_p]),
@@ -131,7 +130,3 @@ def core() -> ctypes.CDLL:
     _core = lib
     return lib
 
-
-def set_error(code: int, message: str) -> int:
-    """Record ``message`` as this thread's dpl_last_error(); returns code."""
-    return core().dpl_set_error(code, message.replace("%", "%%").encode("utf-8", "replace"))

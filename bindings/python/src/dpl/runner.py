@@ -17,6 +17,7 @@ from ctypes import byref, c_size_t, c_uint32, c_uint64, c_void_p
 from typing import Any, Callable, Sequence
 
 from . import _runner_capi as capi
+from ._transport_capi import set_error
 from . import errors
 
 _DTYPE_CODES = {"float32": capi.DTYPE_F32, "float64": capi.DTYPE_F64,
@@ -186,7 +187,7 @@ class Runner:
     def _fail(self, e: BaseException, what: str) -> int:
         if self._exc is None:
             self._exc = e
-        capi.set_error(errors.ECALLBACK, f"{what}: {type(e).__name__}: {e}")
+        set_error(errors.ECALLBACK, f"{what}: {type(e).__name__}: {e}")
         return errors.ECALLBACK
 
     def _wrap_stage(self, fn: Callable) -> Callable:
@@ -234,13 +235,14 @@ class Runner:
         if not addr:
             return None
         nbytes = getattr(c, which + "_bytes")
-        key = (addr, nbytes, kind, dtype)
+        shape = tuple(shape) if shape is not None else None
+        key = (addr, nbytes, kind, dtype, shape)   # buffers never move: keep their views
         v = self._views.get(key)
         if v is None:
             v = (_view_torch if kind == "torch" else _view_numpy)(addr, nbytes, dtype)
+            if shape is not None:
+                v = v.reshape(shape) if kind == "numpy" else v.view(shape)
             self._views[key] = v
-        if shape is not None:
-            v = v.reshape(shape) if kind == "numpy" else v.view(shape)
         return v
 
     # -- running ------------------------------------------------------
