@@ -47,13 +47,13 @@ SMALL = (16,) + (64,) * 7 + (4,)
 LARGE = (16,) + (1024,) * 7 + (4,)
 
 CASES: dict[str, Case] = {
-    "a": Case("a", "mlp", 64, 32, widths=SMALL, iters=20),
+    "a": Case("a", "mlp", 64, 32, widths=SMALL, iters=100),
     "a-gpipe": Case("a-gpipe", "mlp", 64, 32, schedule="gpipe",
-                    widths=SMALL, iters=20),
+                    widths=SMALL, iters=100),
     "a-f64": Case("a-f64", "mlp", 64, 32, dtype="f64", widths=SMALL,
-                  iters=20),
-    "b": Case("b", "mlp", 256, 8, widths=LARGE, iters=5),
-    "c": Case("c", "transformer", 16, 8, iters=3),
+                  iters=100),
+    "b": Case("b", "mlp", 256, 8, widths=LARGE, iters=20),
+    "c": Case("c", "transformer", 16, 8, iters=6),
 }
 
 # --cases a,b,c expands to these rows.

@@ -81,12 +81,39 @@ def test_missing_target_and_inputs():
         one_rank().step(target=x)
 
 
-def test_mixed_parameter_dtypes():
-    mod = torch.nn.Sequential(lin(dtype=torch.float32), lin(dtype=torch.float64))
-    s = one_rank(mod=mod)
-    with pytest.raises(dpl.InvalidArgument, match="mixed dtypes"):
-        x = torch.zeros(4, 4)
+class _Mixed(torch.nn.Module):
+    """A stage whose parameters are f32 and f64 (it casts between them)."""
+
+    def __init__(self):
+        super().__init__()
+        self.a = lin(dtype=torch.float32)
+        self.b = lin(dtype=torch.float64)
+
+    def forward(self, x):
+        return self.b(self.a(x.float()).double())
+
+
+def test_mixed_parameter_dtypes_refused_where_replicas_reduce():
+    def fn():
+        s = ScheduleDAPPLE(PipelineStage(_Mixed(), 0, 1), 2, torch.nn.MSELoss(), replicas=[2])
+        x = torch.zeros(4, 4, dtype=torch.float64)
         s.step(x, target=x)
+    with pytest.raises(dpl.InvalidArgument, match="mixed dtypes"):
+        dpl.run.threads(2, fn, timeout=60)
+
+
+def test_mixed_parameter_dtypes_train_unreplicated():
+    torch.manual_seed(0)
+    mod = _Mixed()
+    ref = _Mixed()
+    ref.load_state_dict(mod.state_dict())
+    x = torch.randn(4, 4, dtype=torch.float64)
+    one_rank(mod=mod).step(x, target=x)
+    torch.nn.MSELoss()(ref(x[:2]), x[:2]).backward()
+    torch.nn.MSELoss()(ref(x[2:]), x[2:]).backward()
+    for p, q in zip(mod.parameters(), ref.parameters()):
+        assert p.grad.dtype == p.dtype
+        assert torch.allclose(p.grad, q.grad / 2, rtol=1e-6, atol=0)
 
 
 def test_world_size_mismatch_names_both():

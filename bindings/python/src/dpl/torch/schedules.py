@@ -31,6 +31,7 @@ import torch
 from .. import errors, world as dpl_world
 from ..runner import Runner, dtype_code, split
 from ..schedule import schedule as build_schedule
+from . import _autograd
 from .stage import PipelineStage, _bad, nbytes_per_sample, split_replicas
 
 _META_BYTES = 2048
@@ -72,6 +73,7 @@ class _PipelineSchedule:
         self._world = world or st[0].world
         self._options = policy_options
         self._runner: Runner | None = None
+        self._reduce = False
         self._batch: int | None = None
         self._failed: BaseException | None = None
         if loss_fn is None:
@@ -114,8 +116,10 @@ class _PipelineSchedule:
             elif b is not None and b != self._batch:
                 raise _bad(f"batch of {b} samples; the first step had {self._batch} "
                            "(dpl fixes the batch at the first step)")
-            for s in self._stages.values():
-                s.bind_grads()
+            if self._reduce:
+                for s in self._stages.values():
+                    s.bind_grads()
+            self._cb.new_step()
             self._runner.step()
         except BaseException as e:
             self._failed = e
@@ -124,6 +128,8 @@ class _PipelineSchedule:
             raise
         finally:
             self._args = self._kwargs = self._target = None
+            if self._runner is not None:
+                self._cb.new_step()
             for s in self._stages.values():
                 s.state.clear()
         if last is None:
@@ -149,6 +155,9 @@ class _PipelineSchedule:
             raise _bad(f"the layout needs {sum(reps)} ranks (replicas {reps}); the world has "
                        f"{w.world_size}")
         prank, self._replica = split_replicas(w.rank, reps)
+        # dpl sums gradients over replicas in place: only then do they need
+        # buffers before the backward (else autograd makes them, as in torch)
+        self._reduce = reps[prank] > 1
         M = self._n_microbatches
         opts = dict(self._options)
         kind = _CHUNKS.get(self._policy_name, 0)
@@ -196,9 +205,10 @@ class _PipelineSchedule:
         self._sched = sched
         self._transport = dpl_world.Transport.open(w, name=self._transport_name,
                                                    timeout=self._timeout) if w.world_size > 1 else None
-        cb = _Callbacks(self)
-        for st in self._stages.values():
-            st.bind_grads()
+        cb = self._cb = _Callbacks(self, reps[prank], self._replica)
+        if self._reduce:
+            for st in self._stages.values():
+                st.bind_grads()
         self._runner = Runner(sched, cb, batch=self._batch, activation_bytes=ab,
                               replicas=reps, rank=w.rank, transport=self._transport,
                               timeout=self._timeout, name="dpl.torch")
@@ -237,17 +247,55 @@ def _batch_of(args: tuple, kwargs: dict) -> int:
 class _Callbacks:
     """The runner's stage callbacks over this rank's PipelineStages."""
 
-    def __init__(self, sch: _PipelineSchedule):
+    def __init__(self, sch: _PipelineSchedule, replicas: int, replica: int):
         self.s = sch
         self.M = sch._n_microbatches
         self.sizes: list[int] | None = None   # samples of each micro-batch
+        # this replica's sample range of each micro-batch (<dpl/runner.h>:
+        # micro-batch j is split(batch, M, j), replica r of R the r-th of R
+        # sub-ranges of it), and where each starts among the cuts
+        self.ranges: list[tuple[int, int]] = []
+        for j in range(self.M):
+            b, e = split(sch._batch, self.M, j)
+            if replicas > 1:
+                rb, re = split(e - b, replicas, replica)
+                b, e = b + rb, b + re
+            self.ranges.append((b, e))
+        cuts = sorted({x for r in self.ranges for x in r} - {0, sch._batch})
+        at = {0: 0, **{c: i + 1 for i, c in enumerate(cuts)}}
+        self.cuts = cuts
+        self.piece = [at.get(b, 0) for b, _ in self.ranges]   # empty ones: never called
+        self.split_args: tuple | None = None    # this step's inputs, split
+        self.split_target: tuple | None = None
+
+    def new_step(self) -> None:
+        """Forget the last step's split inputs and target."""
+        self.split_args = self.split_target = None
+
+    def _split(self, t: Any) -> Any:
+        # the whole batch cut once per step (one call, like PyTorch's
+        # split into micro-batches), not sliced once per callback
+        return t.tensor_split(self.cuts) if torch.is_tensor(t) else None
+
+    def _take(self, a, t: Any, pieces: Any) -> Any:
+        if pieces is None:
+            return t
+        j = a.microbatch
+        if self.ranges[j][0] != a.begin or self.ranges[j][1] != a.end:
+            return t[a.begin:a.end]   # never, by <dpl/runner.h>'s contract
+        return pieces[self.piece[j]]
 
     def _inputs(self, st: PipelineStage, a) -> tuple:
         n = a.end - a.begin
         if st.is_first:
-            sl = slice(a.begin, a.end)
-            args = tuple(t[sl] if torch.is_tensor(t) else t for t in self.s._args)
-            kw = {k: (v[sl] if torch.is_tensor(v) else v) for k, v in self.s._kwargs.items()}
+            sp = self.split_args
+            if sp is None:
+                sp = self.split_args = (
+                    [self._split(t) for t in self.s._args],
+                    {k: self._split(v) for k, v in self.s._kwargs.items()})
+            args = tuple(self._take(a, t, p) for t, p in zip(self.s._args, sp[0]))
+            kw = {k: self._take(a, v, sp[1][k]) for k, v in self.s._kwargs.items()} \
+                if self.s._kwargs else {}
             return args, kw, None
         shape, dtype = st.in_meta
         v = a.tensor("input", dtype, (n, *shape))
@@ -261,7 +309,11 @@ class _Callbacks:
         if st.is_last:
             loss = None
             if self.s._loss_fn is not None:
-                tgt = self.s._target[a.begin:a.end]
+                tgt = self.split_target
+                if tgt is None:
+                    tgt = self.split_target = self._split(self.s._target)
+                tgt = self._take(a, self.s._target, tgt) if tgt is not None \
+                    else self.s._target[a.begin:a.end]
                 loss = self.s._loss_fn(out, tgt)
                 w = self._share(a)
                 if w != 1.0:
@@ -307,7 +359,7 @@ class _Callbacks:
     def backward(self, a) -> None:
         st = self.s._stages[a.stage]
         inp, out, _ = st.state.pop(a.microbatch)
-        torch.autograd.backward(out, self._grad_out(st, a, out))
+        _autograd.backward(out, self._grad_out(st, a, out))
         if inp is not None:
             self._put_grad_input(st, a, inp, inp.grad)
 
@@ -317,7 +369,7 @@ class _Callbacks:
         if inp is None:
             return
         g = self._grad_out(st, a, out)
-        (gi,) = torch.autograd.grad(out, [inp], g, retain_graph=True, allow_unused=True)
+        (gi,) = _autograd.grad(out, (inp,), g, True)
         self._put_grad_input(st, a, inp, gi)
 
     def backward_weight(self, a) -> None:
@@ -327,13 +379,19 @@ class _Callbacks:
         if not params:
             return
         g = self._grad_out(st, a, out)
-        gs = torch.autograd.grad(out, params, g, allow_unused=True)
+        gs = _autograd.grad(out, params, g, False)
         with torch.no_grad():
             for p, gp in zip(params, gs):
-                if gp is not None:
+                if gp is None:
+                    continue
+                if p.grad is None:
+                    p.grad = gp
+                else:
                     p.grad.add_(gp)
 
     def grads(self, stage: int):
+        if not self.s._reduce:
+            return []
         return [(p.grad.data_ptr(), p.grad.numel(), dtype_code(p.grad.dtype))
                 for p in self.s._stages[stage].params()]
 
@@ -341,7 +399,8 @@ class _Callbacks:
         if self.s._scale_grads and self.M > 1:
             with torch.no_grad():
                 for p in self.s._stages[stage].params():
-                    p.grad.div_(self.M)
+                    if p.grad is not None:
+                        p.grad.div_(self.M)
 
 
 class ScheduleGPipe(_PipelineSchedule):

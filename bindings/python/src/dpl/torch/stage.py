@@ -82,15 +82,18 @@ class PipelineStage:
         """The submodule's parameters that require grad, in module order."""
         if self._params is None:
             self._params = [p for p in self.submod.parameters() if p.requires_grad]
-            dts = {p.dtype for p in self._params}
-            if len(dts) > 1:
-                raise _bad(f"stage {self.stage_index}: parameters of mixed dtypes "
-                           f"{sorted(str(d) for d in dts)}; dpl reduces one dtype per stage")
         return self._params
 
     def bind_grads(self) -> None:
         """Give every parameter a contiguous ``.grad`` (zeros where it is
-        None, as after ``zero_grad()``), so dpl can reduce them in place."""
+        None, as after ``zero_grad()``), so dpl can reduce them over the
+        stage's replicas in place. Raises InvalidArgument when the
+        parameters have more than one dtype (dpl reduces one per stage)."""
+        dts = {p.dtype for p in self.params()}
+        if len(dts) > 1:
+            raise _bad(f"stage {self.stage_index}: parameters of mixed dtypes "
+                       f"{sorted(str(d) for d in dts)}; dpl reduces one dtype per stage "
+                       "(replicated stages need one dtype)")
         for p in self.params():
             g = p.grad
             if g is None:
