@@ -2,8 +2,9 @@
  * schedule_fidelity - does the runner execute a schedule as fast as the
  * simulator says it can? Synthetic device (callbacks sleep to deadlines),
  * in-process transport, one thread per rank, S = 8, M = 32, F = 1 ms,
- * B = 2 ms per micro-batch (I = W = 1 ms for zb-h1; interleaved runs V = 2
- * chunks of half the cost), and an uneven case whose stages cost
+ * B = 2 ms per micro-batch (I = W = 1 ms for the split-backward policies;
+ * the policies with chunks run V = 2 chunks of half the cost; bounded
+ * with a cap of 4, zb-auto with a cap of S), and an uneven case whose stages cost
  * 1, 1, 1, 1.5, 1, 1, 0.75, 1.25 times as much. For every policy: the
  * measured iteration time (median of the repetitions) over the makespan
  * dpl_sim_run() predicts with the same costs and free communication.
@@ -119,7 +120,7 @@ static int bench(enum dpl_policy pol, bool skew, uint32_t reps,
 	double it[MAX_REPS];
 	uint64_t late = 0, calls = 0;
 	dpl_sim *sim = NULL;
-	uint32_t i, k, v = pol == DPL_POLICY_INTERLEAVED ? 2 : 1;
+	uint32_t i, k, v = dpl_policy_chunks(pol) ? 2 : 1;
 
 	w->nstages = S_RANKS * v;
 	for (i = 0; i < w->nstages; i++) {
@@ -133,8 +134,10 @@ static int bench(enum dpl_policy pol, bool skew, uint32_t reps,
 	sp.stages = S_RANKS;
 	sp.microbatches = M_MB;
 	sp.policy = pol;
-	sp.chunks = v > 1 ? v : 0;
-	sp.cap_all = pol == DPL_POLICY_BOUNDED ? 4 : 0;
+	sp.chunks = dpl_policy_chunks(pol) == 1 ? v : 0;
+	/* bounded: half of 1F1B's first-stage peak; zb-auto: all of it */
+	sp.cap_all = pol == DPL_POLICY_BOUNDED ? 4 :
+		     pol == DPL_POLICY_ZB_AUTO ? S_RANKS : 0;
 	sp.costs = w->costs;
 	if (dpl_schedule_build(&sp, &w->s) || dpl_schedule_lower(w->s)) {
 		fprintf(stderr, "%s\n", dpl_last_error());
@@ -173,12 +176,11 @@ static int bench(enum dpl_policy pol, bool skew, uint32_t reps,
 
 int main(int argc, char **argv)
 {
-	struct result res[2 * DPL_POLICY_CUSTOM];
+	struct result res[2 * DPL_POLICY__COUNT];
 	const char *json = "schedule_fidelity.json";
 	uint32_t reps = 5;
 	size_t n = 0, i;
-	enum dpl_policy p;
-	int a, skew;
+	int a, skew, p;
 	FILE *f;
 
 	for (a = 1; a < argc; a++) {
@@ -199,13 +201,15 @@ int main(int argc, char **argv)
 	printf("schedule fidelity: S=%d, M=%d, F=1 ms, B=2 ms, synthetic "
 	       "device, inproc, median of %u iterations\n", S_RANKS, M_MB,
 	       reps);
-	printf("%-12s %-7s %12s %13s %8s %14s\n", "policy", "stages",
+	printf("%-14s %-7s %12s %13s %8s %14s\n", "policy", "stages",
 	       "measured ms", "predicted ms", "ratio", "late us/call");
 	for (skew = 0; skew < 2; skew++)
-		for (p = DPL_POLICY_GPIPE; p < DPL_POLICY_CUSTOM; p++) {
-			if (bench(p, skew, reps, &res[n]) != 0)
+		for (p = 0; p < DPL_POLICY__COUNT; p++) {
+			if (!dpl_policy_buildable((enum dpl_policy)p))
+				continue;
+			if (bench((enum dpl_policy)p, skew, reps, &res[n]) != 0)
 				return 1;
-			printf("%-12s %-7s %12.2f %13.2f %8.3f %14.1f\n",
+			printf("%-14s %-7s %12.2f %13.2f %8.3f %14.1f\n",
 			       res[n].policy, res[n].shape,
 			       res[n].measured_ms, res[n].predicted_ms,
 			       res[n].ratio, res[n].late_us_per_call);

@@ -31,17 +31,19 @@ static double sim_makespan(const dpl_schedule *s,
 
 Test(replay, equals_the_simulator_for_every_policy)
 {
-	static const enum dpl_policy pol[] = {
-		DPL_POLICY_GPIPE, DPL_POLICY_1F1B, DPL_POLICY_1F1B_COMM,
-		DPL_POLICY_BOUNDED, DPL_POLICY_INTERLEAVED, DPL_POLICY_ZB_H1};
-	static const uint32_t shapes[][2] = {{1, 1}, {2, 3}, {4, 8},
+	static const uint32_t shapes[][2] = {{1, 1}, {2, 3}, {4, 8}, {3, 2},
 					     {5, 7}, {8, 16}, {6, 24}};
-	unsigned seed = 12345, checked = 0;
+	unsigned seed = 12345, checked = 0, per_policy[DPL_POLICY__COUNT];
 
-	for (size_t k = 0; k < sizeof pol / sizeof pol[0]; k++) {
+	memset(per_policy, 0, sizeof per_policy);
+	for (int k = 0; k < DPL_POLICY__COUNT; k++) {
+		enum dpl_policy pol = (enum dpl_policy)k;
+
+		if (!dpl_policy_buildable(pol))
+			continue;
 		for (size_t z = 0; z < sizeof shapes / sizeof shapes[0]; z++) {
 			uint32_t S = shapes[z][0], M = shapes[z][1];
-			struct dpl_stage_cost c[8];
+			struct dpl_stage_cost c[16];
 			struct dpl_schedule_params p;
 			dpl_schedule *s;
 			double mine;
@@ -49,17 +51,17 @@ Test(replay, equals_the_simulator_for_every_policy)
 			memset(&p, 0, sizeof p);
 			p.stages = S;
 			p.microbatches = M;
-			p.policy = pol[k];
-			if (pol[k] == DPL_POLICY_INTERLEAVED) {
-				if (M % S != 0)
-					continue;
+			p.policy = pol;
+			/* Policies with chunks hold 2 S stages here. */
+			if (dpl_policy_chunks(pol) == 1)
 				p.chunks = 2;
-			}
-			if (pol[k] == DPL_POLICY_BOUNDED)
+			if (pol == DPL_POLICY_BOUNDED)
 				p.cap_all = S > 2 ? S / 2 : 1;
+			if (pol == DPL_POLICY_ZB_AUTO)
+				p.cap_all = S;
 			/* Uneven costs with fractions, so that a different
 			 * order of additions would show in the bits. */
-			for (uint32_t st = 0; st < 8; st++) {
+			for (uint32_t st = 0; st < 16; st++) {
 				seed = seed * 1103515245u + 12345u;
 				c[st].f = 0.3 + (seed >> 16) % 100 / 37.0;
 				c[st].b = 2 * c[st].f + (seed >> 8) % 7 / 11.0;
@@ -67,24 +69,30 @@ Test(replay, equals_the_simulator_for_every_policy)
 				c[st].w = c[st].b - c[st].i;
 			}
 			p.costs = c;
-			cr_assert_eq(dpl_schedule_build(&p, &s), 0, "%s",
+			cr_assert_eq(dpl_schedule_build(&p, &s), 0, "%s S=%u "
+				     "M=%u: %s", dpl_policy_name(pol), S, M,
 				     dpl_last_error());
-			/* Interleaved lists hold S * V stages. */
-			if (dpl_schedule_stages(s) > 8) {
-				dpl_schedule_destroy(s);
-				continue;
-			}
+			cr_assert_leq(dpl_schedule_stages(s), 16);
 			cr_assert_eq(dpl__replay_makespan(s, c, &mine), 0, "%s",
 				     dpl_last_error());
 			cr_assert_eq(mine, sim_makespan(s, c),
 				     "%s S=%u M=%u: replay %.17g, simulator "
-				     "%.17g", dpl_policy_name(pol[k]), S, M,
+				     "%.17g", dpl_policy_name(pol), S, M,
 				     mine, sim_makespan(s, c));
 			dpl_schedule_destroy(s);
 			checked++;
+			per_policy[k]++;
 		}
 	}
-	cr_assert_geq(checked, 30, "only %u schedules compared", checked);
+	/* Every buildable policy, on every shape it accepts (all of them). */
+	for (int k = 0; k < DPL_POLICY__COUNT; k++)
+		if (dpl_policy_buildable((enum dpl_policy)k))
+			cr_assert_eq(per_policy[k],
+				     sizeof shapes / sizeof shapes[0],
+				     "%s: %u shapes compared",
+				     dpl_policy_name((enum dpl_policy)k),
+				     per_policy[k]);
+	cr_assert_geq(checked, 70, "only %u schedules compared", checked);
 }
 
 Test(replay, default_costs_give_the_1f1b_closed_form)
