@@ -384,3 +384,31 @@ def test_matches_the_cli(case):
     assert s.to_csv(comms=True) == lowered
     assert s.to_json() == js
     assert s.timeline() == text
+
+
+def test_zb_auto_transfer_time_plans_around_latency():
+    # Planned with T, simulated with links of latency T: never slower than
+    # the order planned for free communication, and faster here.
+    c = (1, 3, 2, 1)
+    free = schedule("zb-auto", 4, 8, cap=4, costs=c)
+    aware = schedule("zb-auto", 4, 8, cap=4, costs=c, transfer=2.0)
+    t_free = free.simulate(latency=2.0).makespan
+    t_aware = aware.simulate(latency=2.0).makespan
+    assert t_aware < t_free
+    assert aware.simulate().makespan >= 8 * (1 + 2 + 1)   # M (F + I + W) per stage
+
+
+@pytest.mark.parametrize("kw,exc,needle", [
+    (dict(transfer=-0.5), InvalidArgument, "transfer must be a finite time >= 0 (got -0.5)"),
+    (dict(transfer=float("inf")), InvalidArgument, "got inf"),
+    (dict(transfer="1"), TypeError, "transfer must be a number"),
+])
+def test_zb_auto_bad_transfer(kw, exc, needle):
+    with pytest.raises(exc) as e:
+        schedule("zb-auto", 4, 8, cap=4, **kw)
+    assert needle in str(e.value)
+
+
+def test_transfer_only_for_zb_auto():
+    with pytest.raises(InvalidArgument, match="only policy zb-auto takes a transfer time"):
+        schedule("1f1b", 4, 8, transfer=1.0)

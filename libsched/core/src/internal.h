@@ -95,13 +95,15 @@ int dpl__build_zb_auto(const struct dpl_schedule_params *p, dpl_schedule *s);
 
 /*
  * Makespan of a compute-only schedule under `costs` (S entries or NULL)
- * with free communication, by replaying its lists (replay.c); `bounded`
- * uses it to pick the faster of two candidate orders. The same numbers as
- * dpl_sim_run() with zero link and reduction costs, without the
- * simulator. Returns 0 and *makespan, DPL_EDEADLOCK for lists that stall,
- * DPL_ENOMEM.
+ * by replaying its lists (replay.c), an input from another rank arriving
+ * `transfer` after it was made (0: free communication); `bounded` and
+ * zb-auto use it to pick the fastest of their candidate orders. The same
+ * numbers as dpl_sim_run() with link latency `transfer`, infinite
+ * bandwidth and free reductions, without the simulator. Returns 0 and
+ * *makespan, DPL_EDEADLOCK for lists that stall, DPL_ENOMEM.
  */
 int dpl__replay_makespan(const dpl_schedule *s,
-			 const struct dpl_stage_cost *costs, double *makespan);
+			 const struct dpl_stage_cost *costs, double transfer,
+			 double *makespan);
 
 #endif /* DPL_INTERNAL_H */

@@ -293,8 +293,8 @@ static int build_bounded(const struct dpl_schedule_params *p, dpl_schedule *s)
 		goto out;
 	if ((rc = build_greedy(g, cap, p->costs)))
 		goto out;
-	if ((rc = dpl__replay_makespan(s, p->costs, &t1)) ||
-	    (rc = dpl__replay_makespan(g, p->costs, &tg)))
+	if ((rc = dpl__replay_makespan(s, p->costs, 0, &t1)) ||
+	    (rc = dpl__replay_makespan(g, p->costs, 0, &tg)))
 		goto out;
 	if (tg < t1) {
 		/* The greedy order wins: take its lists. */
@@ -429,6 +429,13 @@ int dpl_schedule_build(const struct dpl_schedule_params *p,
 				  (int)p->policy);
 	if ((rc = check_chunks(p, &V)))
 		return rc;
+	if (!(p->transfer >= 0) || isinf(p->transfer))
+		return dpl__error(DPL_EINVAL, "transfer must be a finite time "
+				  ">= 0 (got %g)", p->transfer);
+	if (p->transfer != 0 && p->policy != DPL_POLICY_ZB_AUTO)
+		return dpl__error(DPL_EINVAL, "transfer %g: only policy zb-auto "
+				  "takes a transfer time (got policy %s)",
+				  p->transfer, dpl_policy_name(p->policy));
 	if ((uint64_t)p->stages * V * p->microbatches * 3 > DPL__MAX_ACTIONS ||
 	    (uint64_t)p->stages * V >= UINT32_MAX)
 		return dpl__error(DPL_ERANGE,

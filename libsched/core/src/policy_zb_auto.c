@@ -11,7 +11,11 @@
  * ready I, else a ready F while fewer than cap micro-batches are alive
  * (F done, W not yet), and uses W -- which only frees memory -- to fill
  * the gaps. The variants differ in when a W may take a gap and whether a
- * ready F goes before a ready I.
+ * ready F goes before a ready I. zb-auto's transfer time T delays every
+ * input that crosses two stages (the greedy plans with it, and the
+ * candidates, greedy orders planned with T and with free communication,
+ * are compared with the replay under T), so an order that hides T is
+ * found where one exists.
  */
 #include <math.h>
 #include <stdlib.h>
@@ -29,6 +33,7 @@ enum w_mode {
 struct greedy {
 	uint32_t S, M;
 	const uint32_t *cap;
+	double T;                 /* transfer time between two stages */
 	struct dpl_stage_cost *c; /* [S], resolved */
 	double *fend, *iend;      /* [S * M], INFINITY = not yet */
 	double *free_at;          /* [S] */
@@ -51,12 +56,14 @@ static double candidate(const struct greedy *g, uint32_t st, enum w_mode wm,
 	int may_f = g->nf[st] < g->M && g->nf[st] - g->nw[st] < g->cap[st];
 
 	if (g->ni[st] < g->nf[st]) {
-		double in = st == g->S - 1 ? g->fend[ix(g, st, g->ni[st])]
-					   : g->iend[ix(g, st + 1, g->ni[st])];
+		double in = st == g->S - 1
+				    ? g->fend[ix(g, st, g->ni[st])]
+				    : g->iend[ix(g, st + 1, g->ni[st])] + g->T;
 		tI = fmax(t0, in);
 	}
 	if (may_f)
-		tF = fmax(t0, st == 0 ? 0 : g->fend[ix(g, st - 1, g->nf[st])]);
+		tF = fmax(t0, st == 0 ? 0
+				      : g->fend[ix(g, st - 1, g->nf[st])] + g->T);
 	if (f_first ? tF <= tI : tI > tF) {
 		next = tF;
 		nk = DPL_ACT_F;
@@ -151,9 +158,11 @@ static void take_lists(dpl_schedule *dst, dpl_schedule *src)
 }
 
 /*
- * The fastest of zb-h1 (when it fits) and the greedy variants under
- * `cap`, into s; `nvar` bounds how many variants run (the first is the
- * one that wins most often). Ties go to the earlier candidate.
+ * The fastest, replayed under transfer time T, of zb-h1 (when it fits)
+ * and the greedy variants under `cap` planned with T (and, when T > 0,
+ * with free communication too), into s; `nvar` bounds how many variants
+ * run (the first is the one that wins most often). Ties go to the
+ * earlier candidate.
  */
 static int build_capped(const struct dpl_schedule_params *p, dpl_schedule *s,
 			const uint32_t *cap, size_t nvar)
@@ -168,7 +177,8 @@ static int build_capped(const struct dpl_schedule_params *p, dpl_schedule *s,
 					 .policy = DPL_POLICY_ZB_H1};
 	struct greedy g = {.S = S, .M = M, .cap = cap};
 	dpl_schedule *c = NULL;
-	double best = INFINITY, t;
+	double best = INFINITY, t, T = p->transfer;
+	size_t nplan = T > 0 ? 2 : 1;
 	int rc;
 
 	g.c = malloc(S * sizeof *g.c);
@@ -190,21 +200,26 @@ static int build_capped(const struct dpl_schedule_params *p, dpl_schedule *s,
 	if ((rc = dpl_schedule_build(&hp, &c)))
 		goto out;
 	if (fits(c, cap)) {
-		if ((rc = dpl__replay_makespan(c, p->costs, &best)))
+		if ((rc = dpl__replay_makespan(c, p->costs, T, &best)))
 			goto out;
 		take_lists(s, c);
 	}
-	for (size_t v = 0; v < nvar && v < sizeof var / sizeof var[0]; v++) {
+	if (nvar > sizeof var / sizeof var[0])
+		nvar = sizeof var / sizeof var[0];
+	/* Candidate k: variant k / nplan, planned with T (k even) or free. */
+	for (size_t k = 0; k < nplan * nvar; k++) {
+		g.T = k % nplan == 0 ? T : 0;
 		for (st = 0; st < S; st++)
 			c->lists[st].len = 0;
 		for (st = 0; st < S; st++)
 			if ((rc = dpl__list_reserve(&c->lists[st],
 						    3 * (size_t)M)))
 				goto out;
-		rc = run_greedy(&g, c, var[v].wm, var[v].f_first);
+		rc = run_greedy(&g, c, var[k / nplan].wm,
+				var[k / nplan].f_first);
 		if (rc == DPL_EDEADLOCK)
 			continue;
-		if (rc || (rc = dpl__replay_makespan(c, p->costs, &t)))
+		if (rc || (rc = dpl__replay_makespan(c, p->costs, T, &t)))
 			goto out;
 		if (t < best) {
 			best = t;

@@ -9,28 +9,44 @@
  * starts when its rank is free and its input exists (F after F of the
  * stage before, B or I after B or I of the stage after or after the own
  * F on the last stage, W after the own I) and takes its stage's cost; the
- * arithmetic is the simulator's, so both give the same bits.
+ * arithmetic is the simulator's, so both give the same bits. An input
+ * that comes from another rank arrives `transfer` later (zb-auto's
+ * transfer time: the simulator's link latency with infinite bandwidth).
  */
 #include <math.h>
 #include <stdlib.h>
 
 #include "internal.h"
 
-/* End time of the action an action waits for, or NAN if not run yet. */
+/* `t` plus the transfer time when stages `from` and `to` are on two ranks. */
+static double arrive(const dpl_schedule *s, uint32_t from, uint32_t to,
+		     double t, double transfer)
+{
+	return s->stage_rank[from] != s->stage_rank[to] ? t + transfer : t;
+}
+
+/* When the input of an action is there, or NAN if not made yet. */
 static double input_end(const dpl_schedule *s, const double *fend,
 			const double *bend, const double *iend,
-			struct dpl_action a)
+			struct dpl_action a, double transfer)
 {
 	uint32_t S = s->stages;
 
 	switch (a.kind) {
 	case DPL_ACT_F:
-		return a.stage > 0 ? fend[dpl__sm(s, a.stage - 1, a.microbatch)]
-				   : 0;
+		return a.stage > 0
+			       ? arrive(s, a.stage - 1, a.stage,
+					fend[dpl__sm(s, a.stage - 1,
+						     a.microbatch)],
+					transfer)
+			       : 0;
 	case DPL_ACT_B:
 	case DPL_ACT_I:
 		return a.stage + 1 < S
-			       ? bend[dpl__sm(s, a.stage + 1, a.microbatch)]
+			       ? arrive(s, a.stage + 1, a.stage,
+					bend[dpl__sm(s, a.stage + 1,
+						     a.microbatch)],
+					transfer)
 			       : fend[dpl__sm(s, a.stage, a.microbatch)];
 	case DPL_ACT_W:
 		return iend[dpl__sm(s, a.stage, a.microbatch)];
@@ -61,7 +77,8 @@ static double cost(const struct dpl_stage_cost *costs, struct dpl_action a)
 }
 
 int dpl__replay_makespan(const dpl_schedule *s,
-			 const struct dpl_stage_cost *costs, double *makespan)
+			 const struct dpl_stage_cost *costs, double transfer,
+			 double *makespan)
 {
 	size_t n = (size_t)s->stages * s->microbatches, left = 0, *pc;
 	double *fend, *bend, *iend, *tfree, end = 0;
@@ -88,7 +105,8 @@ int dpl__replay_makespan(const dpl_schedule *s,
 
 			for (; pc[r] < l->len; pc[r]++) {
 				struct dpl_action a = l->a[pc[r]];
-				double in = input_end(s, fend, bend, iend, a);
+				double in = input_end(s, fend, bend, iend, a,
+						      transfer);
 				size_t k;
 
 				if (!dpl_action_is_compute(a.kind))

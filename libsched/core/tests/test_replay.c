@@ -73,7 +73,7 @@ Test(replay, equals_the_simulator_for_every_policy)
 				     "M=%u: %s", dpl_policy_name(pol), S, M,
 				     dpl_last_error());
 			cr_assert_leq(dpl_schedule_stages(s), 16);
-			cr_assert_eq(dpl__replay_makespan(s, c, &mine), 0, "%s",
+			cr_assert_eq(dpl__replay_makespan(s, c, 0, &mine), 0, "%s",
 				     dpl_last_error());
 			cr_assert_eq(mine, sim_makespan(s, c),
 				     "%s S=%u M=%u: replay %.17g, simulator "
@@ -107,7 +107,7 @@ Test(replay, default_costs_give_the_1f1b_closed_form)
 	p.microbatches = 8;
 	p.policy = DPL_POLICY_1F1B;
 	cr_assert_eq(dpl_schedule_build(&p, &s), 0);
-	cr_assert_eq(dpl__replay_makespan(s, NULL, &t), 0);
+	cr_assert_eq(dpl__replay_makespan(s, NULL, 0, &t), 0);
 	cr_assert_eq(t, 33.0, "makespan %g", t);
 	dpl_schedule_destroy(s);
 }
@@ -130,7 +130,7 @@ Test(replay, lists_that_stall_are_a_deadlock)
 						       DPL_ACT_F, 1, 1}), 0);
 	cr_assert_eq(dpl_schedule_append(s, 1, (struct dpl_action){
 						       DPL_ACT_B, 1, 1}), 0);
-	cr_assert_eq(dpl__replay_makespan(s, NULL, &t), DPL_EDEADLOCK);
+	cr_assert_eq(dpl__replay_makespan(s, NULL, 0, &t), DPL_EDEADLOCK);
 	cr_assert_eq(t, -1, "the makespan was written on failure");
 	cr_assert(strstr(dpl_last_error(), "never got their input") != NULL,
 		  "%s", dpl_last_error());

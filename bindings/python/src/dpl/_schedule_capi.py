@@ -67,6 +67,7 @@ class CScheduleParams(Structure):
         ("cap_bytes", POINTER(c_uint64)),
         ("activation_bytes", POINTER(c_uint64)),
         ("costs", POINTER(CStageCost)),
+        ("transfer", c_double),
     ]
 
 

@@ -520,7 +520,7 @@ def schedule(policy: str, stages: int, microbatches: int, *, chunks: int | None 
              cap: int | Sequence[int] | None = None,
              cap_bytes: int | Sequence[int] | None = None,
              activation_bytes: int | Sequence[int] | None = None,
-             costs: CostsArg = None) -> Schedule:
+             costs: CostsArg = None, transfer: float = 0.0) -> Schedule:
     """Build a policy's compute-only lists (``dpl_schedule_build``).
 
     ``policy``: one of POLICIES but "custom". ``stages`` S (ranks for the
@@ -531,7 +531,9 @@ def schedule(policy: str, stages: int, microbatches: int, *, chunks: int | None 
     ``activation_bytes`` (int or one per stage): bounded's memory cap.
     ``costs``: one StageCost / ``(f, b[, i, w])`` for every stage or one
     per stage; bounded picks its order under them, and the Schedule keeps
-    them as the default of simulate/timeline/trace.
+    them as the default of simulate/timeline/trace. ``transfer``: zb-auto's
+    time for an activation or gradient to reach the next rank, in the
+    costs' unit (it plans and picks its order with that delay).
     Raises TypeError for wrong types, InvalidArgument with dpl's message
     naming the bad value (unknown policy, stages=0, a partial interleaved
     group, ...). Does not block.
@@ -561,7 +563,10 @@ def schedule(policy: str, stages: int, microbatches: int, *, chunks: int | None 
         raise _bad("cap_bytes needs activation_bytes (int or one per stage)")
     n_stages = S * (chunks if name in _CHUNKED else 2 if name == "zbv" else 1)
     c = _costs(costs, n_stages)
-    p = capi.CScheduleParams(stages=S, microbatches=M, policy=pol, chunks=chunks or 0)
+    if not isinstance(transfer, numbers.Real) or isinstance(transfer, bool):
+        raise TypeError(f"transfer must be a number (got {transfer!r})")
+    p = capi.CScheduleParams(stages=S, microbatches=M, policy=pol, chunks=chunks or 0,
+                             transfer=float(transfer))
     keep: list[Any] = []
     if cap is not None:
         if isinstance(cap, numbers.Integral) and not isinstance(cap, bool):

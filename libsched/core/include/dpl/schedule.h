@@ -208,9 +208,12 @@ struct dpl_stage_cost {
  * than cap micro-batches are alive until their W, and fills gaps with W.
  * `zb-auto` takes its cap as `bounded` does (exactly one of cap_mb,
  * cap_all, cap_bytes + activation_bytes), records it (so validation
- * enforces it) and returns the fastest, under `costs` with free
- * communication, of six greedy variants and zb-h1 where zb-h1 fits the
- * cap: never slower than zb-h1 at a cap of S or more. `zb-h2` is one
+ * enforces it) and returns the fastest, under `costs` and its transfer
+ * time T (`transfer`: every activation and gradient reaches the next
+ * rank T after it was made; 0 = free communication), of six greedy
+ * variants planned with T, the same six planned with T = 0 when T > 0,
+ * and zb-h1 where zb-h1 fits the cap: never slower than zb-h1 at a cap
+ * of S or more, with or without T. `zb-h2` is one
  * variant with cap 2S (twice the peak of 1F1B's first stage and of
  * zb-h1), against zb-h1: every stage keeps at most min(2S, M)
  * micro-batches alive; with F=1, I=2, W=1 and M >= 2S it reaches the
@@ -228,6 +231,9 @@ struct dpl_schedule_params {
 	const uint64_t *cap_bytes;        /* bounded: S byte budgets */
 	const uint64_t *activation_bytes; /* bounded: S bytes / micro-batch */
 	const struct dpl_stage_cost *costs; /* S costs, NULL: F=1, B=2 */
+	double transfer; /* zb-auto: time an activation or its gradient
+			    takes from one rank to the next, in the costs'
+			    unit (finite, >= 0; 0 = free); other policies 0 */
 };
 
 /*
