@@ -39,7 +39,13 @@ def check_output(out: str, tmp_path: Path, ranks: int) -> None:
     assert all(float(r[1]) > 0 and float(r[2]) > 0 for r in rows)
     plan = dpl.Plan.load(tmp_path / "plan.json")
     assert sum(plan.replicas) == ranks
-    assert len(dpl.Profile.load(tmp_path / "prof.txt")) == 5
+    prof = dpl.Profile.load(tmp_path / "prof.txt")
+    assert len(prof) == 5
+    # the plan was made from a profile at its own per-replica share of a
+    # micro-batch (re-profiled when --pbs gave another share)
+    share = max(1, min(-(-plan.microbatch_size // r) for r in plan.replicas))
+    batches = [int(b) for b in re.findall(r"^profiled \d+ layers at batch (\d+)", out, re.M)]
+    assert batches and batches[-1] == share, (batches, plan.microbatch_size, plan.replicas, out)
 
 
 def test_example_threads(tmp_path):
