@@ -34,6 +34,7 @@ LAYOUTS = {
     "uneven-3-1": ([3, 1], 1),
 }
 POLICIES = ["gpipe", "1f1b", "1f1b-comm", "bounded", "zb-h1", "zb-h2", "zb-auto"]
+V_SHAPED = ("zbv", "dualpipev")   # rank r holds stages r and 2P-1-r
 
 
 def policy_options(policy):
@@ -44,7 +45,7 @@ def rank_fn(parts, batches, reps, V, policy, M, opt_name, opts):
     w = dpl.world.current()
     P = len(reps)
     p, _ = stage_of(w.rank, reps)
-    mine = [p, 2 * P - 1 - p] if policy == "zbv" else [p + k * P for k in range(V)]
+    mine = [p, 2 * P - 1 - p] if policy in V_SHAPED else [p + k * P for k in range(V)]
     mods = [copy.deepcopy(parts[s]) for s in mine]
     stages = [PipelineStage(m, s, len(parts)) for m, s in zip(mods, mine)]
     sched = ScheduleDAPPLE(stages if V > 1 else stages[0], M, torch.nn.MSELoss(),
@@ -86,7 +87,7 @@ def run_threads(layout, policy, M, dtype, opt_name, batch=10):
         for it, ls in enumerate(losses):
             for j, v in enumerate(ls):
                 loss_sum[it][j] += float(v)
-    last_ranks = reps[0] if policy == "zbv" else reps[-1]   # zbv: rank 0 holds the last stage
+    last_ranks = reps[0] if policy in V_SHAPED else reps[-1]   # V: rank 0 holds the last stage
     assert sum(len(ls) for _, L in results for ls in L) == ITERS * M * last_ranks or \
         M * last_ranks > batch  # a replica with empty shares reports fewer
     for it in range(ITERS):
@@ -121,10 +122,12 @@ def test_threads_f32_equals_one_device(policy):
 
 # two stages per rank on the same replica layouts, with M below the stage
 # count and M not divisible by the replicas
-CHUNKED = ["interleaved", "looped-bfs", "interleaved-zb", "zbv"]
+CHUNKED = ["interleaved", "looped-bfs", "interleaved-zb", "zbv", "dualpipev"]
 CHUNKED_CASES = [(layout, policy, M) for layout, (reps, _) in LAYOUTS.items()
                  for policy in CHUNKED
-                 for M in sorted({max(1, 2 * len(reps) - 1), 3 if max(reps) == 2 else 5})]
+                 for M in sorted({max(1, 2 * len(reps) - 1), 3 if max(reps) == 2 else 5}
+                                 # dualpipev's steady state (F/B pairs) needs M > 2P
+                                 | ({2 * len(reps) + 1} if policy == "dualpipev" else set()))]
 
 
 @pytest.mark.parametrize("layout,policy,M", CHUNKED_CASES)

@@ -36,12 +36,14 @@ torch = pytest.importorskip("torch")
 _DPL_PATH = os.path.dirname(os.path.dirname(os.path.abspath(dpl.__file__)))
 
 _CLASSES = ("PipelineStage, ScheduleGPipe, Schedule1F1B, ScheduleInterleaved1F1B, "
-            "ScheduleLoopedBFS, ScheduleInterleavedZeroBubble, ScheduleZBVZeroBubble")
+            "ScheduleLoopedBFS, ScheduleInterleavedZeroBubble, ScheduleZBVZeroBubble, "
+            "ScheduleDualPipeV")
 TORCH_IMPORT = f"from torch.distributed.pipelining import {_CLASSES}"
 DPL_IMPORT = f"from dpl.torch import {_CLASSES}"
-# classes that hold two stages per rank; ZBV in a V (rank r: r and 2P-1-r)
+# classes that hold two stages per rank; ZBV and DualPipeV in a V (rank r:
+# r and 2P-1-r)
 TWO_PER_RANK = ("ScheduleInterleaved1F1B", "ScheduleLoopedBFS",
-                "ScheduleInterleavedZeroBubble", "ScheduleZBVZeroBubble")
+                "ScheduleInterleavedZeroBubble", "ScheduleZBVZeroBubble", "ScheduleDualPipeV")
 RANKS = 2
 LAUNCH_TIMEOUT = 60.0
 TOL = 1e-5
@@ -91,14 +93,15 @@ def train(name, rank, world):
     n_stages = world * per_rank
     parts = build_parts(n_stages)
     mine = [rank + k * world for k in range(per_rank)]
-    if name == "ScheduleZBVZeroBubble":
+    if name in ("ScheduleZBVZeroBubble", "ScheduleDualPipeV"):
         mine = [rank, 2 * world - 1 - rank]
     stages = [PipelineStage(parts[s], s, n_stages, torch.device("cpu")) for s in mine]
     cls = {{"ScheduleGPipe": ScheduleGPipe, "Schedule1F1B": Schedule1F1B,
            "ScheduleInterleaved1F1B": ScheduleInterleaved1F1B,
            "ScheduleLoopedBFS": ScheduleLoopedBFS,
            "ScheduleInterleavedZeroBubble": ScheduleInterleavedZeroBubble,
-           "ScheduleZBVZeroBubble": ScheduleZBVZeroBubble}}[name]
+           "ScheduleZBVZeroBubble": ScheduleZBVZeroBubble,
+           "ScheduleDualPipeV": ScheduleDualPipeV}}[name]
     sched = cls(stages if per_rank > 1 else stages[0], MICROBATCHES,
                 loss_fn=torch.nn.MSELoss())
     params = [p for s in mine for p in parts[s].parameters()]
@@ -213,7 +216,7 @@ def _launch(import_line: str, names: list[str], tmp_path, tag: str) -> dict:
 
 
 NAMES = ["ScheduleGPipe", "Schedule1F1B", "ScheduleInterleaved1F1B", "ScheduleLoopedBFS",
-         "ScheduleInterleavedZeroBubble", "ScheduleZBVZeroBubble"]
+         "ScheduleInterleavedZeroBubble", "ScheduleZBVZeroBubble", "ScheduleDualPipeV"]
 
 
 @pytest.fixture(scope="module")

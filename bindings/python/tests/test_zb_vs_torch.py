@@ -49,10 +49,11 @@ def _stand_in(stage: int, num_stages: int, ranks: int) -> types.SimpleNamespace:
 
 def torch_order(policy: str, ranks: int, m: int):
     """(rows, stage_rank) of PyTorch's class for `policy`."""
-    if policy == "zbv":
+    if policy in ("zbv", "dualpipev"):
         n = 2 * ranks
         stages = [_stand_in(0, n, ranks), _stand_in(n - 1, n, ranks)]
-        sched = S.ScheduleZBVZeroBubble(stages, m, loss_fn=_loss)
+        cls = S.ScheduleZBVZeroBubble if policy == "zbv" else S.ScheduleDualPipeV
+        sched = cls(stages, m, loss_fn=_loss)
         stage_rank = [s if s < ranks else n - 1 - s for s in range(n)]
     elif policy == "interleaved-zb":
         n = 2 * ranks
@@ -64,9 +65,21 @@ def torch_order(policy: str, ranks: int, m: int):
         sched = getattr(S, ZB1P)([_stand_in(0, n, ranks)], m, loss_fn=_loss)
         stage_rank = list(range(n))
     order = sched.pipeline_order
-    rows = [[str(a) for a in order[r] if a is not None and _COMPUTE.fullmatch(str(a))]
+    rows = [[str(a) for a in _flat(order[r]) if _COMPUTE.fullmatch(str(a))]
             for r in sorted(order)]
     return rows, stage_rank
+
+
+def _flat(actions):
+    """A rank's actions without bubbles, each OVERLAP_F_B as its
+    sub-actions in order (what PyTorch's runtime runs for it by default)."""
+    for a in actions:
+        if a is None:
+            continue
+        if a.computation_type == S.OVERLAP_F_B:
+            yield from a.sub_actions
+        else:
+            yield a
 
 
 def dpl_rows(s: Schedule) -> list[list[str]]:
@@ -119,11 +132,12 @@ def compare(policy: str, ranks: int, m: int):
             rank_peaks(mine), rank_peaks(theirs), theirs == mine)
 
 
-POLICIES = ["zbv", "interleaved-zb", "zb-h2", "zb-auto"]
+POLICIES = ["zbv", "interleaved-zb", "zb-h2", "zb-auto", "dualpipev"]
+# PyTorch's DualPipeV takes M >= 2S only
+CASES = [(p, r, m) for p in POLICIES for r, m in SHAPES if p != "dualpipev" or m >= 2 * r]
 
 
-@pytest.mark.parametrize("ranks,m", SHAPES)
-@pytest.mark.parametrize("policy", POLICIES)
+@pytest.mark.parametrize("policy,ranks,m", CASES)
 def test_not_worse_than_torch(policy, ranks, m):
     mk, t_mk, pk, t_pk, same = compare(policy, ranks, m)
     assert mk <= t_mk + 1e-9, f"{policy} S={ranks} M={m}: {mk} > {t_mk}"
@@ -132,7 +146,7 @@ def test_not_worse_than_torch(policy, ranks, m):
             f"{policy} S={ranks} M={m}: {pk} > {t_pk}"
     else:  # twice zb-h1's memory at most
         assert all(a <= 2 * b for a, b in zip(pk, t_pk))
-    if policy in ("zbv", "interleaved-zb"):
+    if policy in ("zbv", "interleaved-zb", "dualpipev"):
         assert same, f"{policy} S={ranks} M={m}: lists differ from PyTorch's"
 
 
@@ -174,16 +188,35 @@ def table() -> str:
     lines = ["| policy | S | M | dpl makespan | torch makespan | dpl bubble | torch bubble "
              "| dpl peak/rank | torch peak/rank |",
              "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
-    for policy in POLICIES:
-        for ranks, m in SHAPES:
-            mk, t_mk, pk, t_pk, _ = compare(policy, ranks, m)
-            chunks = 2 if policy in ("zbv", "interleaved-zb") else 1
-            work = 3.0 * m * chunks  # F + I + W per micro-batch and chunk
-            lines.append(f"| {policy} | {ranks} | {m} | {mk:g} | {t_mk:g} "
-                         f"| {1 - work / mk:.1%} | {1 - work / t_mk:.1%} "
-                         f"| {','.join(map(str, pk))} | {','.join(map(str, t_pk))} |")
+    for policy, ranks, m in CASES:
+        mk, t_mk, pk, t_pk, _ = compare(policy, ranks, m)
+        chunks = 2 if policy in ("zbv", "interleaved-zb", "dualpipev") else 1
+        work = 3.0 * m * chunks  # F + I + W per micro-batch and chunk
+        lines.append(f"| {policy} | {ranks} | {m} | {mk:g} | {t_mk:g} "
+                     f"| {1 - work / mk:.1%} | {1 - work / t_mk:.1%} "
+                     f"| {','.join(map(str, pk))} | {','.join(map(str, t_pk))} |")
     return "\n".join(lines)
 
 
 if __name__ == "__main__":
     print(table())
+
+
+@pytest.mark.parametrize("ranks,m", [(2, 4), (3, 6), (3, 11), (4, 9), (8, 23), (1, 2)])
+def test_dualpipev_lists_are_torchs(ranks, m):
+    s = schedule("dualpipev", ranks, m)
+    theirs, stage_rank = torch_order("dualpipev", ranks, m)
+    assert dpl_rows(s) == theirs
+    assert [s.stage_rank(st) for st in range(2 * ranks)] == stage_rank
+
+
+@pytest.mark.parametrize("ranks,m", [(4, 1), (4, 7), (2, 3)])
+def test_dualpipev_runs_what_torch_refuses(ranks, m):
+    with pytest.raises(ValueError, match="at least as many microbatches as stages"):
+        torch_order("dualpipev", ranks, m)
+    s = schedule("dualpipev", ranks, m)
+    s.validate()
+    low = s.clone()
+    low.lower()
+    low.validate()
+    assert sum(len(r) for r in dpl_rows(s)) >= 2 * 2 * ranks * m   # F and B (or I, W)

@@ -92,6 +92,8 @@ int dpl__build_interleaved_zb(const struct dpl_schedule_params *p,
 int dpl__build_zbv(const struct dpl_schedule_params *p, dpl_schedule *s);
 int dpl__build_zb_h2(const struct dpl_schedule_params *p, dpl_schedule *s);
 int dpl__build_zb_auto(const struct dpl_schedule_params *p, dpl_schedule *s);
+int dpl__build_dualpipev(const struct dpl_schedule_params *p,
+			 dpl_schedule *s);
 
 /*
  * Makespan of a compute-only schedule under `costs` (S entries or NULL)

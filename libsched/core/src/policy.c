@@ -18,6 +18,7 @@ static const char *const policy_names[DPL_POLICY__COUNT] = {
 	[DPL_POLICY_ZBV] = "zbv",
 	[DPL_POLICY_ZB_H2] = "zb-h2",
 	[DPL_POLICY_ZB_AUTO] = "zb-auto",
+	[DPL_POLICY_DUALPIPEV] = "dualpipev",
 };
 
 const char *dpl_policy_name(enum dpl_policy p)
@@ -37,7 +38,8 @@ int dpl_policy_parse(const char *name, enum dpl_policy *out)
 	return dpl__error(DPL_EINVAL,
 			  "unknown policy '%s' (expected gpipe, 1f1b, "
 			  "1f1b-comm, bounded, interleaved, zb-h1, "
-			  "looped-bfs, interleaved-zb, zbv, zb-h2, zb-auto)",
+			  "looped-bfs, interleaved-zb, zbv, zb-h2, zb-auto, "
+			  "dualpipev)",
 			  name);
 }
 
@@ -333,6 +335,8 @@ int dpl__build_policy(const struct dpl_schedule_params *p, dpl_schedule *s)
 		return dpl__build_zb_h2(p, s);
 	case DPL_POLICY_ZB_AUTO:
 		return dpl__build_zb_auto(p, s);
+	case DPL_POLICY_DUALPIPEV:
+		return dpl__build_dualpipev(p, s);
 	default:
 		return dpl__error(DPL_EINVAL, "policy %d cannot be built",
 				  (int)p->policy);
@@ -352,6 +356,7 @@ uint32_t dpl_policy_chunks(enum dpl_policy p)
 	case DPL_POLICY_INTERLEAVED_ZB:
 		return 1;
 	case DPL_POLICY_ZBV:
+	case DPL_POLICY_DUALPIPEV:
 		return 2;
 	default:
 		return 0;
@@ -402,7 +407,7 @@ static int check_chunks(const struct dpl_schedule_params *p, uint32_t *V)
 		return dpl__error(DPL_EINVAL,
 				  "chunks %u: policy %s takes no chunks (only "
 				  "interleaved, looped-bfs and interleaved-zb "
-				  "take chunks; zbv has 2)",
+				  "take chunks; zbv and dualpipev have 2)",
 				  p->chunks, name);
 	}
 	return 0;

@@ -36,8 +36,9 @@ KINDS = ("F", "B", "I", "W", "SEND_F", "RECV_F", "SEND_B", "RECV_B",
          "REDUCE_GRAD", "STEP")
 #: Policy names in the order of ``enum dpl_policy``; all but "custom" build.
 POLICIES = ("gpipe", "1f1b", "1f1b-comm", "bounded", "interleaved", "zb-h1",
-            "custom", "looped-bfs", "interleaved-zb", "zbv", "zb-h2", "zb-auto")
-#: Policies that take ``chunks`` V >= 2; zbv always has 2 (dpl_policy_chunks).
+            "custom", "looped-bfs", "interleaved-zb", "zbv", "zb-h2", "zb-auto",
+            "dualpipev")
+#: Policies that take ``chunks`` V >= 2; zbv and dualpipev always have 2.
 _CHUNKED = ("interleaved", "looped-bfs", "interleaved-zb")
 _KIND_INDEX = {k: i for i, k in enumerate(KINDS)}
 _NO_MB = ("REDUCE_GRAD", "STEP")
@@ -526,7 +527,7 @@ def schedule(policy: str, stages: int, microbatches: int, *, chunks: int | None 
     ``policy``: one of POLICIES but "custom". ``stages`` S (ranks for the
     policies with chunks, which have S * chunks stages), ``microbatches``
     M. ``chunks``: V >= 2 for interleaved, looped-bfs and interleaved-zb
-    (zbv always has 2 and takes none).
+    (zbv and dualpipev always have 2 and take none).
     ``cap`` (int or one per stage) or ``cap_bytes`` with
     ``activation_bytes`` (int or one per stage): bounded's memory cap.
     ``costs``: one StageCost / ``(f, b[, i, w])`` for every stage or one
@@ -561,7 +562,7 @@ def schedule(policy: str, stages: int, microbatches: int, *, chunks: int | None 
         raise _bad(f"policy {name}: give cap or cap_bytes, not both")
     if cap_bytes is not None and activation_bytes is None:
         raise _bad("cap_bytes needs activation_bytes (int or one per stage)")
-    n_stages = S * (chunks if name in _CHUNKED else 2 if name == "zbv" else 1)
+    n_stages = S * (chunks if name in _CHUNKED else 2 if name in ("zbv", "dualpipev") else 1)
     c = _costs(costs, n_stages)
     if not isinstance(transfer, numbers.Real) or isinstance(transfer, bool):
         raise TypeError(f"transfer must be a number (got {transfer!r})")

@@ -101,7 +101,8 @@ enum dpl_policy {
 	DPL_POLICY_ZBV = 9,         /* zero-bubble V: stages r and 2S-1-r */
 	DPL_POLICY_ZB_H2 = 10,      /* zero-bubble H2: twice 1F1B's memory */
 	DPL_POLICY_ZB_AUTO = 11,    /* zero-bubble under a memory cap */
-	DPL_POLICY__COUNT = 12
+	DPL_POLICY_DUALPIPEV = 12,  /* DualPipeV: stages r and 2S-1-r */
+	DPL_POLICY__COUNT = 13
 };
 
 /*
@@ -112,16 +113,17 @@ DPL_EXTERN int dpl_policy_buildable(enum dpl_policy p);
 
 /*
  * dpl_policy_chunks - how many model chunks per rank `p` takes: 0 for a
- * policy without chunks, 2 for zbv (always two), and 1 (meaning "V >= 2,
- * from dpl_schedule_params.chunks") for interleaved, looped-bfs and
- * interleaved-zb. Pure; thread-safe.
+ * policy without chunks, 2 for zbv and dualpipev (always two), and 1
+ * (meaning "V >= 2, from dpl_schedule_params.chunks") for interleaved,
+ * looped-bfs and interleaved-zb. Pure; thread-safe.
  */
 DPL_EXTERN uint32_t dpl_policy_chunks(enum dpl_policy p);
 
 /*
  * dpl_policy_name / dpl_policy_parse - "gpipe", "1f1b", "1f1b-comm",
  * "bounded", "interleaved", "zb-h1", "custom", "looped-bfs",
- * "interleaved-zb", "zbv", "zb-h2", "zb-auto". dpl_policy_name returns
+ * "interleaved-zb", "zbv", "zb-h2", "zb-auto", "dualpipev".
+ * dpl_policy_name returns
  * NULL for an unknown value; dpl_policy_parse returns 0 and writes *out,
  * or DPL_EINVAL naming the text (and listing the valid names).
  */
@@ -191,6 +193,18 @@ struct dpl_stage_cost {
  * 2 min(S, M) chunk micro-batches alive until their W -- with chunks of
  * half a stage, the activations 1F1B keeps on its first stage. With
  * F = I = W per chunk it finishes with PyTorch's order (S=4, M=8: 51).
+ *
+ * `dualpipev` is DeepSeek's DualPipeV in PyTorch's ScheduleDualPipeV
+ * order, with zbv's stages (2 chunks, rank r holds r and 2S-1-r): a
+ * forward of one chunk paired with the full backward of the other
+ * through the steady state, zero-bubble I/W split in the cool-down.
+ * PyTorch's compound OVERLAP_F_B actions are their two sub-actions in
+ * order (forward first), which is what PyTorch's runtime runs unless a
+ * custom function is registered for them; the lists are otherwise
+ * PyTorch's, so the makespans are the same. Any M >= 1: PyTorch needs
+ * M >= 2S; for M < 2S the lists are those of 2S micro-batches without
+ * the extra ones. Every rank keeps at most min(2M, 2S+1) of its chunks'
+ * micro-batches alive until their B or W, exactly 2S+1 once M >= 2S.
  *
  * `interleaved-zb` is PyTorch's ScheduleInterleavedZeroBubble (ZB1P with
  * chunks = V >= 2; stage index chunk * S + rank), for any M >= 1:

@@ -7,7 +7,8 @@ the script runs on dpl's runner.
 
 from .schedules import (Schedule1F1B, ScheduleDAPPLE, ScheduleGPipe,  # noqa: F401
                         ScheduleInterleaved1F1B, ScheduleInterleavedZeroBubble,
-                        ScheduleLoopedBFS, ScheduleZBVZeroBubble, stage_of)
+                        ScheduleDualPipeV, ScheduleLoopedBFS, ScheduleZBVZeroBubble,
+                        stage_of)
 from .stage import PipelineStage  # noqa: F401
 from .plan import from_plan  # noqa: F401
 from .profile import profile  # noqa: F401

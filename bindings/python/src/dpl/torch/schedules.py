@@ -37,7 +37,7 @@ from .stage import PipelineStage, _bad, nbytes_per_sample, split_replicas
 _META_BYTES = 2048
 # model chunks per rank of a policy (dpl_policy_chunks): 1 = V >= 2 from the
 # stages given, 2 = exactly two (zbv), absent = one stage per rank
-_CHUNKS = {"interleaved": 1, "looped-bfs": 1, "interleaved-zb": 1, "zbv": 2}
+_CHUNKS = {"interleaved": 1, "looped-bfs": 1, "interleaved-zb": 1, "zbv": 2, "dualpipev": 2}
 
 
 class _PipelineSchedule:
@@ -437,6 +437,16 @@ class ScheduleZBVZeroBubble(_PipelineSchedule):
     """Zero-bubble V (``ScheduleZBVZeroBubble``): two stages per rank, rank
     r holding stages r and 2P - 1 - r, backward split into I and W."""
     _policy = "zbv"
+
+
+class ScheduleDualPipeV(_PipelineSchedule):
+    """DualPipeV (``ScheduleDualPipeV``): two stages per rank, rank r
+    holding stages r and 2P - 1 - r, a forward of one paired with the full
+    backward of the other through the steady state, I/W split in the
+    cool-down. PyTorch's OVERLAP_F_B pairs run as forward then backward,
+    as PyTorch's runtime runs them unless a custom function is registered
+    for them; any M (PyTorch needs M >= 2P)."""
+    _policy = "dualpipev"
 
 
 class ScheduleDAPPLE(_PipelineSchedule):
