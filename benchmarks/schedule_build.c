@@ -36,10 +36,12 @@ static struct dpl_schedule_params params(enum dpl_policy p, uint32_t S,
 	struct dpl_schedule_params prm = {.stages = S, .microbatches = M,
 					  .policy = p};
 
-	if (p == DPL_POLICY_INTERLEAVED)
+	if (dpl_policy_chunks(p) == 1)
 		prm.chunks = 2;
 	if (p == DPL_POLICY_BOUNDED)
 		prm.cap_all = S / 2 > 0 ? S / 2 : 1;
+	if (p == DPL_POLICY_ZB_AUTO)
+		prm.cap_all = S; /* 1F1B's first-stage peak */
 	return prm;
 }
 
@@ -80,9 +82,8 @@ static __attribute__((noinline)) int bench_case(enum dpl_policy p, uint32_t S,
 
 int main(int argc, char **argv)
 {
-	static const enum dpl_policy pols[] = {
-	    DPL_POLICY_GPIPE, DPL_POLICY_1F1B, DPL_POLICY_1F1B_COMM,
-	    DPL_POLICY_BOUNDED, DPL_POLICY_INTERLEAVED, DPL_POLICY_ZB_H1};
+	enum dpl_policy pols[DPL_POLICY__COUNT];
+	size_t npol = 0;
 	static const uint32_t sizes[][2] = {{8, 64}, {32, 256}, {64, 1024}};
 	const char *json = "schedule_build.json", *only = NULL;
 	int reps = 5;
@@ -125,6 +126,9 @@ int main(int argc, char **argv)
 		printf("%s S=%u M=%u: %zu actions\n", name, S, M, n);
 		return 0;
 	}
+	for (int p = 0; p < DPL_POLICY__COUNT; p++)
+		if (dpl_policy_buildable((enum dpl_policy)p))
+			pols[npol++] = (enum dpl_policy)p;
 	jf = fopen(json, "w");
 	if (jf == NULL) {
 		perror(json);
@@ -132,11 +136,11 @@ int main(int argc, char **argv)
 	}
 	fprintf(jf, "{\"benchmark\":\"schedule_build\",\"reps\":%d,\"cases\":[",
 		reps);
-	printf("%-12s %4s %5s %9s %9s %9s %9s %9s %11s %9s\n", "policy", "S",
+	printf("%-14s %4s %5s %9s %9s %9s %9s %9s %11s %9s\n", "policy", "S",
 	       "M", "actions", "build_ms", "lower_ms", "valid_ms", "sim_ms",
 	       "b+l+v_ms", "B/action");
 	for (size_t z = 0; z < 3; z++)
-		for (size_t k = 0; k < sizeof pols / sizeof pols[0]; k++) {
+		for (size_t k = 0; k < npol; k++) {
 			double tb[1000], tl[1000], tv[1000], ts[1000], tt[1000];
 			uint32_t S = sizes[z][0], M = sizes[z][1];
 			size_t n = 0, bytes = 0;
@@ -163,7 +167,7 @@ int main(int argc, char **argv)
 			r.simulate = bench_median(ts, reps);
 			r.actions = n;
 			r.bytes_per_action = (double)bytes / n;
-			printf("%-12s %4u %5u %9zu %9.3f %9.3f %9.3f %9.3f %11.3f "
+			printf("%-14s %4u %5u %9zu %9.3f %9.3f %9.3f %9.3f %11.3f "
 			       "%9.1f\n",
 			       dpl_policy_name(pols[k]), S, M, n, r.build * 1e3,
 			       r.lower * 1e3, r.validate * 1e3, r.simulate * 1e3,
