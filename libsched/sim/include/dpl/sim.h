@@ -15,7 +15,8 @@
  *
  * Output: makespan, bubble fraction, per-rank busy time, per-stage peak
  * in-flight micro-batches and peak activation bytes, every compute and
- * transfer interval (for the Chrome trace and the ASCII timeline).
+ * transfer interval (for the Chrome trace, the ASCII timeline and the SVG
+ * picture).
  *
  * Threads: a dpl_sim is immutable once built; concurrent readers are safe.
  */
@@ -161,6 +162,82 @@ DPL_EXTERN int dpl_sim_write_trace(const dpl_sim *sim, FILE *f,
  */
 DPL_EXTERN int dpl_sim_write_ascii(const dpl_sim *sim, FILE *f, double unit,
 				   unsigned width);
+
+/*
+ * The timeline as a picture: SVG 1.1 text, no scripts, no external
+ * fonts or files, the same bytes for the same input (numbers are written
+ * without the C library's locale).
+ *
+ * One row per rank ("rank r"), time left to right scaled so the makespan
+ * fills `width` pixels (plus 96 pixels of margins and labels). Each
+ * compute action is one rect coloured by kind with class "F", "B", "I"
+ * or "W" (STEPs that take time: "STEP"; stage reductions that take time,
+ * a thin strip under the row: "REDUCE_GRAD"), a tooltip with its text
+ * form and interval, and inside it, where the text fits, its micro-batch
+ * ("3", or "s5:3" with the stage when ranks hold several stages and that
+ * fits). When ranks hold several stages, those of odd chunks (stage /
+ * ranks odd) are drawn lighter. A rank's idle time between 0 and the
+ * makespan is drawn as rects of class "idle" (hatched: the bubble), so
+ * their widths add up to bubble_fraction * ranks * width. Transfers,
+ * when asked for, are lines of class "transfer". Legend swatches have
+ * class "key <kind>". Below the rows: a time axis, the legend and the
+ * caption:
+ *     1f1b: 4 stages on 4 ranks, 8 micro-batches
+ *     makespan 33, bubble 27.27%, busy 96
+ *     peak activations per rank: rank 0: 4 mb (400 B), rank 1: ...
+ * Times in the caption are printed like printf's "%.4f" with trailing
+ * zeros (and a trailing point) removed, the bubble as "%.2f%%". The peak
+ * of a rank counts the micro-batches alive over all its stages at once
+ * (forward done, B or W not yet) along its list, as dpl_sim_stage()
+ * counts them per stage; with one stage per rank it is that stage's
+ * peak_inflight. Bytes are shown when some stage has
+ * peak_activation_bytes > 0.
+ */
+struct dpl_sim_svg_params {
+	/* First caption line; NULL: "<policy>: S stages on R ranks, M
+	 * micro-batches" from the schedule. Escaped for XML. */
+	const char *title;
+	/* Pixels of the time axis; 0: 960. 200 to 100000. */
+	unsigned width;
+	/* Nonzero: draw each transfer as a thin line from the sender's row
+	 * to the receiver's. */
+	int transfers;
+	/* Nonzero: never show bytes (for simulations whose activation
+	 * figures are not bytes, such as those of dpl_plan_schedule()). */
+	int hide_bytes;
+	/* Time unit appended to the makespan ("ms"); NULL: none. */
+	const char *time_unit;
+};
+
+/*
+ * dpl_sim_write_svg - write the picture of `sim`, the result of
+ * dpl_sim_run() on `s`, to `f` under `p` (NULL: all defaults). The
+ * schedule supplies the caption's policy and micro-batch count; nothing
+ * is kept. Blocks on `f` only. Thread-safe: reads `sim` and `s` only
+ * (any number of threads may draw the same result into distinct streams).
+ * Errors: DPL_EINVAL for a NULL argument, a width out of range or a
+ * schedule whose rank or stage count differs from the simulation's;
+ * DPL_ENOMEM; DPL_EIO on a write error (what was written is left in the
+ * stream: use dpl_sim_save_svg() for a file that appears whole or not at
+ * all).
+ */
+DPL_EXTERN int dpl_sim_write_svg(const dpl_sim *sim, const dpl_schedule *s,
+				 FILE *f,
+				 const struct dpl_sim_svg_params *p);
+
+/*
+ * dpl_sim_save_svg - dpl_sim_write_svg() into the file `path`, written to
+ * a temporary file beside it, flushed to disk and renamed into place: the
+ * file appears whole or not at all, and an existing file is replaced only
+ * on success. The file gets the mode open() with 0666 would give.
+ * Errors: those of dpl_sim_write_svg() (checked before any file is
+ * created), DPL_EINVAL for an empty path, DPL_EIO naming `path` and the
+ * reason when the directory cannot be written or the write fails (the
+ * temporary file is then removed).
+ */
+DPL_EXTERN int dpl_sim_save_svg(const dpl_sim *sim, const dpl_schedule *s,
+				const char *path,
+				const struct dpl_sim_svg_params *p);
 
 #ifdef __cplusplus
 }
