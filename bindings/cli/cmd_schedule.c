@@ -1,4 +1,5 @@
-/* cmd_schedule.c - `dpl schedule`: build a policy's lists and print them. */
+/* cmd_schedule.c - `dpl schedule`: build a policy's lists and print them
+ * (or draw them: --format svg). */
 #include <stdlib.h>
 #include <string.h>
 
@@ -12,11 +13,14 @@ static void usage(FILE *f)
 {
 	fprintf(f, "usage: dpl schedule --stages S --microbatches M --policy P\n"
 		   "                    [--chunks V] [--cap K|K0,K1,...] [--costs F,B[,I,W]]\n"
-		   "                    [--lower] [--format text|csv|json] [--out FILE]\n\n"
+		   "                    [--lower] [--format text|csv|json|svg] [--out FILE]\n\n"
 		   "Builds the policy's action lists. text is the ASCII timeline (F=1, B=2\n"
 		   "unless --costs); csv is PyTorch's compute-only format (one line per rank);\n"
-		   "json is dpl's schedule file. --lower adds sends, receives, REDUCE_GRAD\n"
-		   "and STEP. --out writes the file whole or not at all (default stdout).\n\n");
+		   "json is dpl's schedule file; svg is the simulated timeline as a picture\n"
+		   "(same costs as text: one row per rank, the bubble shaded, a legend, and\n"
+		   "makespan, bubble and peak activations per rank in the caption). --lower\n"
+		   "adds sends, receives, REDUCE_GRAD and STEP. --out writes the file whole\n"
+		   "or not at all (default stdout).\n\n");
 	sched_opts_usage(f);
 }
 
@@ -45,9 +49,10 @@ static int run(int argc, char **argv)
 				goto done;
 			}
 			if (strcmp(v, "text") && strcmp(v, "csv") &&
-			    strcmp(v, "json")) {
+			    strcmp(v, "json") && strcmp(v, "svg")) {
 				rc = cli_usage_error(cmd, "--format: expected text, "
-							  "csv or json (got '%s')",
+							  "csv, json or svg (got "
+							  "'%s')",
 						     v);
 				goto done;
 			}
@@ -71,7 +76,7 @@ static int run(int argc, char **argv)
 		rc = cli_fail(cmd, "%s", dpl_last_error());
 		goto done;
 	}
-	if (strcmp(format, "text") == 0) {
+	if (strcmp(format, "text") == 0 || strcmp(format, "svg") == 0) {
 		struct dpl_sim_params p = {0};
 
 		if (o.have_costs)
@@ -87,6 +92,8 @@ static int run(int argc, char **argv)
 		rc = dpl_schedule_write_csv(s, out.f);
 	else if (strcmp(format, "json") == 0)
 		rc = dpl_schedule_write_json(s, out.f);
+	else if (strcmp(format, "svg") == 0)
+		rc = dpl_sim_write_svg(sim, s, out.f, NULL);
 	else
 		rc = dpl_sim_write_ascii(sim, out.f, 0, 0);
 	if (rc) {
@@ -104,7 +111,7 @@ done:
 
 const struct dpl_cli_cmd dpl_cli_cmd_schedule = {
 	.name = "schedule",
-	.summary = "build a policy's action lists (timeline, PyTorch CSV, JSON)",
+	.summary = "build a policy's action lists (timeline, PyTorch CSV, JSON, SVG)",
 	.run = run,
 	.usage = usage,
 };

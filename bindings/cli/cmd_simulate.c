@@ -19,7 +19,8 @@ static void usage(FILE *f)
 		"                    [--latency L] [--bandwidth BYTES_PER_UNIT]\n"
 		"                    [--activation-bytes N] [--replicas R] [--param-bytes N]\n"
 		"                    [--ar-bandwidth BYTES_PER_UNIT] [--ar-latency L]\n"
-		"                    [--step-cost T] [--trace OUT.json] [--timeline] [--json]\n\n"
+		"                    [--step-cost T] [--trace OUT.json] [--svg OUT.svg]\n"
+		"                    [--timeline] [--json]\n\n"
 		"Replays a schedule (PyTorch CSV or dpl JSON file, or built from the flags)\n"
 		"and prints its makespan, bubble fraction, and per stage the busy time, peak\n"
 		"in-flight micro-batches and peak activation bytes. --plan replays a plan\n"
@@ -27,7 +28,10 @@ static void usage(FILE *f)
 		"allreduce times, in milliseconds (cost flags are refused with it; the\n"
 		"file has no activation sizes, so peak activation bytes are unknown).\n"
 		"--trace writes a Chrome\n"
-		"trace (open it in Perfetto); --timeline prints the ASCII timeline.\n"
+		"trace (open it in Perfetto); --svg draws the timeline as an SVG picture\n"
+		"(one row per rank, transfers as thin lines, the bubble shaded, peak\n"
+		"activations per rank in the caption); --timeline prints the ASCII\n"
+		"timeline. Files appear whole or not at all.\n"
 		"--stage-costs gives per-stage values: {\"stages\": [{\"f\": 1, \"b\": 2,\n"
 		"\"i\": 1, \"w\": 1, \"activation_bytes\": N, \"grad_bytes\": N,\n"
 		"\"param_bytes\": N, \"replicas\": R}, ...]} (every key optional).\n\n");
@@ -253,10 +257,31 @@ static int print_json(const char *cmd, const dpl_schedule *s,
 	return CLI_OK;
 }
 
+/* The picture; a plan's times are milliseconds and its "bytes" are not. */
+static int write_svg(const char *cmd, const char *path, const dpl_schedule *s,
+		     const dpl_sim *sim, bool from_plan)
+{
+	struct dpl_sim_svg_params sp = {.transfers = 1};
+	struct cli_out out;
+	int rc;
+
+	if (from_plan) {
+		sp.hide_bytes = 1;
+		sp.time_unit = "ms";
+	}
+	if ((rc = cli_out_open(cmd, path, &out)))
+		return rc;
+	if (dpl_sim_write_svg(sim, s, out.f, &sp) != 0) {
+		cli_out_abort(&out);
+		return cli_fail(cmd, "%s: %s", path, dpl_last_error());
+	}
+	return cli_out_commit(cmd, &out);
+}
+
 static int run(int argc, char **argv)
 {
 	const char *cmd = "simulate", *v, *schedule = NULL, *costs_path = NULL,
-		   *trace = NULL, *plan = NULL;
+		   *trace = NULL, *plan = NULL, *svg = NULL;
 	struct dpl_plan_sim *ps = NULL;
 	int cost_flags = 0;
 	struct sched_opts o = {0};
@@ -303,6 +328,12 @@ static int run(int argc, char **argv)
 				goto done;
 			}
 			trace = v;
+		} else if (cli_flag(argc, argv, &i, "--svg", &v)) {
+			if (!v || !*v) {
+				rc = cli_missing(cmd, "--svg");
+				goto done;
+			}
+			svg = v;
 		} else if (cli_flag(argc, argv, &i, "--latency", &v)) {
 			cost_flags++;
 			rc = cli_double(cmd, "--latency", v, 0, 1e12,
@@ -412,6 +443,8 @@ static int run(int argc, char **argv)
 		if ((rc = cli_out_commit(cmd, &out)))
 			goto done;
 	}
+	if (svg && (rc = write_svg(cmd, svg, s, sim, ps != NULL)))
+		goto done;
 	if (json) {
 		rc = print_json(cmd, s, sim, ps == NULL);
 	} else {

@@ -210,6 +210,7 @@ out:
 	free(R.loss);
 	free(J->loss);
 	dpl_schedule_destroy(J->sched);
+	train_opts_free(&J->o);
 	free(J);
 	return rc;
 }
@@ -219,10 +220,13 @@ out:
 static int run(int argc, char **argv)
 {
 	struct train_opts o;
+	int rc;
 
 	train_opts_init(&o);
-	if (train_opts_parse(argc, argv, &o) != 0)
-		return CLI_USAGE;
+	rc = train_opts_parse(argc, argv, &o);
+	train_opts_free(&o);
+	if (rc != 0)
+		return rc;
 	return cli_usage_error(CMD, "dpl was built without the in-process "
 			       "transport and the devices (transports/, "
 			       "devices/)");

@@ -1,7 +1,8 @@
 /*
- * sched_opts.h - the flags `dpl schedule`, `dpl simulate` and `dpl train`
- * share to build a schedule: --stages, --microbatches, --policy, --chunks,
- * --cap, --costs.
+ * sched_opts.h - the flags `dpl schedule` and `dpl simulate` share to
+ * build a schedule: --stages, --microbatches, --policy, --chunks, --cap,
+ * --cap-bytes with --act-bytes, --costs; the byte budget (struct
+ * sched_bytes), which `dpl train` shares too; loading a schedule file.
  */
 #ifndef DPL_CLI_SCHED_OPTS_H
 #define DPL_CLI_SCHED_OPTS_H
@@ -14,6 +15,23 @@
 #define CLI_MAX_STAGES 4096u
 #define CLI_MAX_MICROBATCHES (1u << 20)
 
+/*
+ * A byte budget as given: --cap-bytes B | B0,B1,... (bytes of activations
+ * each stage may keep) with the bytes of one micro-batch's activations of
+ * every stage (one value or one per stage). `dpl schedule` and `dpl
+ * simulate` take those sizes as --act-bytes; `dpl train`, whose
+ * --act-bytes is the synthetic device's bytes per sample, as
+ * --cap-act-bytes. Values are >= 1. The text pointers are argv's.
+ */
+struct sched_bytes {
+	uint64_t *cap; /* NULL: --cap-bytes not given */
+	size_t ncap;
+	const char *cap_text;
+	uint64_t *act; /* NULL: no sizes given */
+	size_t nact;
+	const char *act_text;
+};
+
 struct sched_opts {
 	uint32_t stages, microbatches, chunks;
 	bool have_stages, have_microbatches, have_policy;
@@ -23,6 +41,8 @@ struct sched_opts {
 	uint32_t cap_all;
 	bool have_costs;
 	struct dpl_stage_cost costs; /* --costs F,B[,I,W] */
+	struct sched_bytes bytes;    /* --cap-bytes, --act-bytes */
+	double transfer;             /* --transfer T (zb-auto), 0 = free */
 };
 
 /*
@@ -40,10 +60,42 @@ int sched_opts_build(const char *cmd, const struct sched_opts *o,
 
 void sched_opts_free(struct sched_opts *o);
 
+/*
+ * Consume argv[*i] when it is --cap-bytes or `act_flag` (the flag of the
+ * per-micro-batch sizes: "--act-bytes" or "--cap-act-bytes"), into b:
+ * returns 1 when it was (advancing *i), 0 when not, -CLI_USAGE after the
+ * message for a bad value (empty item, not an integer, 0), -CLI_FAIL
+ * when out of memory. A flag given twice keeps its last value.
+ */
+int sched_bytes_take(const char *cmd, const char *act_flag,
+		     struct sched_bytes *b, int argc, char **argv, int *i);
+
+/*
+ * Check a byte budget against the schedule it is for and expand it into
+ * cap[0..stages) and act[0..stages) (the caller's arrays): CLI_OK with
+ * *have true; CLI_OK with *have false when no --cap-bytes was given (and
+ * no sizes either). CLI_USAGE after a one-line message naming the flag
+ * and its value for: sizes without --cap-bytes, --cap-bytes for a policy
+ * other than bounded and zb-auto, with --cap as well (`have_cap`), without
+ * the sizes, or either list with neither one nor `stages` values.
+ */
+int sched_bytes_resolve(const char *cmd, const char *act_flag,
+			const struct sched_bytes *b, enum dpl_policy policy,
+			bool have_cap, uint32_t stages, uint64_t *cap,
+			uint64_t *act, bool *have);
+
+/* Free what sched_bytes_take() allocated; b stays reusable. */
+void sched_bytes_free(struct sched_bytes *b);
+
 /* Usage lines for the shared flags. */
 void sched_opts_usage(FILE *f);
 
-/* Load a schedule file: CSV (PyTorch format) or JSON (by content). */
+/*
+ * Load a schedule file: JSON (dpl's) when its first character after white
+ * space is '{', CSV (PyTorch's compute-only format or dpl's lowered one)
+ * otherwise. CLI_USAGE after "dpl <cmd>: <path>: <reason>" when it cannot
+ * be read or parsed (the reason names the line, or the JSON path).
+ */
 int sched_load_file(const char *cmd, const char *path, dpl_schedule **out);
 
 #endif

@@ -23,6 +23,8 @@
 #include <dpl/dpl.h>
 #include <dpl/transport.h>
 
+#include "sched_opts.h"
+
 /* The command, as messages name it ("dpl train: ..."). */
 #define CMD "train"
 #define TRAIN_MAX_LAYERS 256
@@ -43,6 +45,9 @@ struct train_opts {
 	bool policy_set;
 	uint32_t chunks;
 	uint32_t cap;
+	struct sched_bytes bytes; /* --cap-bytes, --cap-act-bytes (freed by
+				     train_opts_free) */
+	const char *schedule_path; /* --schedule FILE */
 	uint32_t iterations;
 	uint64_t batch;
 	bool batch_set;
@@ -84,6 +89,8 @@ struct train_job {
 	uint32_t reps[TRAIN_MAX_STAGES]; /* per pipeline rank */
 	uint32_t world;
 	uint64_t act[TRAIN_MAX_STAGES];
+	bool have_cap_bytes;  /* the runner's byte caps: --cap-bytes */
+	uint64_t cap_bytes[TRAIN_MAX_STAGES];
 	char world_name[64]; /* the in-process transport's world */
 	const struct dpl_transport_ops *tops;
 	bool procs;          /* ranks are processes (this one runs one) */
@@ -139,14 +146,17 @@ void train_usage(FILE *f);
 void train_opts_init(struct train_opts *o);
 /* Parse argv[1..argc) into o; CLI_USAGE after a one-line message. */
 int train_opts_parse(int argc, char **argv, struct train_opts *o);
+/* Free what parsing allocated in o (the byte budget). */
+void train_opts_free(struct train_opts *o);
 
 /* ---- train_plan.c ---- */
 
 /*
- * train_resolve - take J->o (and the plan it names) to a layout: check
- * every combination of flags, build and lower the schedule, place the
- * layers on the stages. Nothing runs yet. CLI_USAGE or CLI_FAIL after a
- * one-line message.
+ * train_resolve - take J->o (and the plan or schedule file it names) to
+ * a layout: check every combination of flags, build (or load) the
+ * schedule, lower and validate it, place the layers on the stages.
+ * Nothing runs yet. CLI_USAGE (bad flags or file) or CLI_FAIL (a
+ * schedule file that does not validate) after a one-line message.
  */
 int train_resolve(struct train_job *J);
 

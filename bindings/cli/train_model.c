@@ -184,6 +184,7 @@ int train_rank_setup(struct train_rank *k, const struct dpl_oob *oob)
 		rp.transport = k->t;
 		rp.device = k->dev;
 		rp.trace_capacity = J->o.trace_path ? nlist : 0;
+		rp.cap_bytes = J->have_cap_bytes ? J->cap_bytes : NULL;
 		rc = dpl_runner_create(&rp, &k->r);
 	}
 	if (rc != 0) {

@@ -34,16 +34,47 @@ void train_usage(FILE *f)
 		"  --policy P          gpipe, 1f1b, 1f1b-comm, bounded, "
 		"interleaved, zb-h1,\n"
 		"                      looped-bfs, interleaved-zb, zbv, zb-h2, "
-		"zb-auto;\n"
-		"                      default 1f1b\n"
+		"zb-auto,\n"
+		"                      dualpipev; default 1f1b\n"
 		"  --chunks V          model chunks per rank, V >= 2 "
 		"(interleaved, looped-bfs,\n"
-		"                      interleaved-zb; zbv always has 2)\n"
+		"                      interleaved-zb; zbv and dualpipev always "
+		"have 2)\n"
 		"  --cap C             in-flight micro-batches per stage "
-		"(bounded)\n"
+		"(bounded, zb-auto)\n"
+		"  --cap-bytes B|B0,.. activation byte budget of every stage, "
+		"or of each,\n"
+		"                      instead of --cap (bounded, zb-auto; "
+		"with\n"
+		"                      --cap-act-bytes): stage s keeps at most "
+		"B_s / A_s\n"
+		"                      micro-batches in flight, and a rank "
+		"refuses to start\n"
+		"                      when its buffers for stage s would "
+		"exceed B_s bytes\n"
+		"                      (with --schedule: only that check)\n"
+		"  --cap-act-bytes A|A0,..\n"
+		"                      for --cap-bytes: bytes of one "
+		"micro-batch's\n"
+		"                      activations of every stage, or of each "
+		"(--act-bytes\n"
+		"                      is the synthetic device's bytes per "
+		"sample)\n"
 		"  --plan PLAN.json    take stages, replicas, micro-batches "
 		"and policy from a\n"
-		"                      plan written by dpl plan\n"
+		"                      plan written by dpl plan\n");
+	fprintf(f,
+		"  --schedule FILE     train with the schedule in FILE: dpl's "
+		"JSON, or CSV\n"
+		"                      (PyTorch's compute-only format or "
+		"dpl's lowered one).\n"
+		"                      It fixes the ranks, stages, "
+		"micro-batches and stage\n"
+		"                      placement; --stages (ranks), "
+		"--microbatches, --policy\n"
+		"                      and --chunks must agree with it. A "
+		"compute-only file\n"
+		"                      is lowered; the schedule must validate\n"
 		"training:\n"
 		"  --iterations N      default 20\n"
 		"  --batch B           samples per iteration; default 64\n"
@@ -86,9 +117,10 @@ void train_usage(FILE *f)
 		"iteration\n"
 		"\n"
 		"The relative difference of two weights a, b is |a - b| / "
-		"max(|a|, |b|, 1e-8).\nExit status: 0 done, 1 training failed "
-		"or --check above 1e-5, 2 bad flags,\n3 (a rank process) "
-		"stopped because another rank failed.\n");
+		"max(|a|, |b|, 1e-8).\nExit status: 0 done, 1 training failed, "
+		"--check above 1e-5 or a --schedule\nfile that does not "
+		"validate, 2 bad flags or files, 3 (a rank process) stopped\n"
+		"because another rank failed.\n");
 }
 
 void train_opts_init(struct train_opts *o)
@@ -146,10 +178,13 @@ static int parse_fail_at(const char *v, struct train_opts *o)
 int train_opts_parse(int argc, char **argv, struct train_opts *o)
 {
 	const char *v;
-	int i, rc = 0;
+	int i, t, rc = 0;
 
 	for (i = 1; i < argc && rc == 0; i++) {
-		if (cli_switch(argv, i, "--json")) {
+		if ((t = sched_bytes_take(CMD, "--cap-act-bytes", &o->bytes,
+					  argc, argv, &i)) != 0) {
+			rc = t < 0 ? -t : 0;
+		} else if (cli_switch(argv, i, "--json")) {
 			o->json = true;
 		} else if (cli_switch(argv, i, "--check")) {
 			o->check = true;
@@ -219,6 +254,9 @@ int train_opts_parse(int argc, char **argv, struct train_opts *o)
 		} else if (cli_flag(argc, argv, &i, "--plan", &v)) {
 			o->plan_path = v;
 			rc = v ? 0 : cli_missing(CMD, "--plan");
+		} else if (cli_flag(argc, argv, &i, "--schedule", &v)) {
+			o->schedule_path = v;
+			rc = v && v[0] ? 0 : cli_missing(CMD, "--schedule");
 		} else if (cli_flag(argc, argv, &i, "--timeout", &v)) {
 			rc = v ? cli_double(CMD, "--timeout", v, 0.001, 86400,
 					    &o->timeout_s)
@@ -276,4 +314,9 @@ int train_opts_parse(int argc, char **argv, struct train_opts *o)
 		}
 	}
 	return rc;
+}
+
+void train_opts_free(struct train_opts *o)
+{
+	sched_bytes_free(&o->bytes);
 }

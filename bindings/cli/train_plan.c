@@ -16,6 +16,7 @@
 #endif
 
 #include "cli.h"
+#include "sched_opts.h"
 #include "train.h"
 
 static int read_plan(struct train_job *J)
@@ -100,6 +101,110 @@ static int read_plan(struct train_job *J)
 	return 0;
 }
 
+/*
+ * The schedule of --schedule FILE into J->sched, checked against the flags
+ * it fixes (which then take its values), lowered when compute-only, and
+ * validated. J->ranks and J->nstages are its shape.
+ */
+static int read_schedule(struct train_job *J)
+{
+	struct train_opts *o = &J->o;
+	const char *path = o->schedule_path;
+	struct dpl_schedule_issue is;
+	uint32_t ranks, stages, mb;
+	enum dpl_policy pol;
+	bool lower;
+	int rc;
+
+	if (o->cap != 0)
+		return cli_usage_error(CMD, "--cap %u: --schedule %s fixes the "
+				       "schedule (caps included)", o->cap,
+				       path);
+	if (o->bytes.act != NULL)
+		return cli_usage_error(CMD, "--cap-act-bytes %s: --schedule %s "
+				       "fixes the schedule; --cap-bytes alone "
+				       "sets the runners' byte caps",
+				       o->bytes.act_text, path);
+	if ((rc = sched_load_file(CMD, path, &J->sched)) != 0)
+		return rc;
+	ranks = dpl_schedule_ranks(J->sched);
+	stages = dpl_schedule_stages(J->sched);
+	mb = dpl_schedule_microbatches(J->sched);
+	pol = dpl_schedule_policy(J->sched);
+	if (stages > TRAIN_MAX_STAGES)
+		return cli_usage_error(CMD, "--schedule %s: %u stages (at most "
+				       "%u)", path, stages, TRAIN_MAX_STAGES);
+	if (o->stages_set && o->stages != ranks)
+		return cli_usage_error(CMD, "--schedule %s runs on %u ranks (%u "
+				       "stages), --stages says %u", path,
+				       ranks, stages, o->stages);
+	if (o->mb_set && o->microbatches != mb)
+		return cli_usage_error(CMD, "--schedule %s has %u "
+				       "micro-batches, --microbatches says %u",
+				       path, mb, o->microbatches);
+	if (o->policy_set && o->policy != pol)
+		return cli_usage_error(CMD, "--schedule %s has policy %s, "
+				       "--policy says %s", path,
+				       dpl_policy_name(pol),
+				       dpl_policy_name(o->policy));
+	if (o->chunks != 0 &&
+	    (stages % ranks != 0 || stages / ranks != o->chunks))
+		return cli_usage_error(CMD, "--schedule %s has %u stages on %u "
+				       "ranks, --chunks says %u", path, stages,
+				       ranks, o->chunks);
+	lower = !dpl_schedule_is_lowered(J->sched);
+	if (lower) {
+		if (dpl_schedule_validate(J->sched, &is) != 0)
+			return cli_fail(CMD, "%s: invalid schedule: %s", path,
+					is.message);
+		if (dpl_schedule_lower(J->sched) != 0)
+			return cli_fail(CMD, "%s: %s", path, dpl_last_error());
+	}
+	if (dpl_schedule_validate(J->sched, &is) != 0)
+		return cli_fail(CMD, "%s: invalid schedule%s: %s", path,
+				lower ? " once lowered" : "", is.message);
+	o->stages = ranks;
+	o->microbatches = mb;
+	o->policy = pol;
+	J->ranks = ranks;
+	J->nstages = stages;
+	return 0;
+}
+
+/* The runners' byte caps of --cap-bytes into J, and for a built bounded
+ * or zb-auto schedule the budget into sp (act: S sizes for it). */
+static int resolve_cap_bytes(struct train_job *J,
+			     struct dpl_schedule_params *sp, uint64_t *act)
+{
+	struct train_opts *o = &J->o;
+	const struct sched_bytes *b = &o->bytes;
+	uint32_t s;
+	int rc;
+
+	if (!o->schedule_path) {
+		rc = sched_bytes_resolve(CMD, "--cap-act-bytes", b, o->policy,
+					 o->cap != 0, J->nstages,
+					 J->cap_bytes, act,
+					 &J->have_cap_bytes);
+		if (rc == 0 && J->have_cap_bytes) {
+			sp->cap_bytes = J->cap_bytes;
+			sp->activation_bytes = act;
+		}
+		return rc;
+	}
+	if (b->cap == NULL)
+		return 0;
+	if (b->ncap != 1 && b->ncap != J->nstages)
+		return cli_usage_error(CMD, "--cap-bytes %s: %zu values for "
+				       "%u stages (give one, or one per "
+				       "stage)", b->cap_text, b->ncap,
+				       J->nstages);
+	for (s = 0; s < J->nstages; s++)
+		J->cap_bytes[s] = b->cap[b->ncap == 1 ? 0 : s];
+	J->have_cap_bytes = true;
+	return 0;
+}
+
 /* Check everything and build the schedule; nothing runs yet. */
 int train_resolve(struct train_job *J)
 {
@@ -107,10 +212,14 @@ int train_resolve(struct train_job *J)
 					      4};
 	struct train_opts *o = &J->o;
 	struct dpl_schedule_params sp = {0};
-	uint64_t world = 0;
+	uint64_t world = 0, cap_act[TRAIN_MAX_STAGES];
 	uint32_t p, s, chunks;
 	int rc;
 
+	if (o->plan_path && o->schedule_path)
+		return cli_usage_error(CMD, "--schedule %s and --plan %s both "
+				       "fix the schedule: give one",
+				       o->schedule_path, o->plan_path);
 	if (o->plan_path && (rc = read_plan(J)) != 0)
 		return rc;
 	if (!o->widths_set && !o->plan_path) {
@@ -119,27 +228,40 @@ int train_resolve(struct train_job *J)
 	}
 	if (!o->plan_path)
 		J->layers = (uint32_t)o->nwidths - 1;
-	chunks = dpl_policy_chunks(o->policy);
-	if (chunks == 1 && o->chunks == 0)
-		return cli_usage_error(CMD, "--policy %s needs --chunks V "
-				       "(>= 2)", dpl_policy_name(o->policy));
-	if (chunks != 1 && o->chunks != 0)
-		return cli_usage_error(CMD, "--chunks applies to --policy "
-				       "interleaved, looped-bfs and "
-				       "interleaved-zb only%s",
-				       chunks ? " (zbv always has 2)" : "");
-	if (chunks == 1)
-		chunks = o->chunks;
-	if ((o->policy == DPL_POLICY_BOUNDED ||
-	     o->policy == DPL_POLICY_ZB_AUTO) && o->cap == 0)
-		return cli_usage_error(CMD, "--policy %s needs --cap C",
-				       dpl_policy_name(o->policy));
-	if (o->policy != DPL_POLICY_BOUNDED &&
-	    o->policy != DPL_POLICY_ZB_AUTO && o->cap != 0)
-		return cli_usage_error(CMD, "--cap applies to --policy "
-				       "bounded and zb-auto only");
-	J->nstages = o->stages * (chunks ? chunks : 1);
-	J->ranks = o->stages;
+	if (o->schedule_path) {
+		if ((rc = read_schedule(J)) != 0)
+			return rc;
+		chunks = J->nstages != J->ranks;
+	} else {
+		chunks = dpl_policy_chunks(o->policy);
+		if (chunks == 1 && o->chunks == 0)
+			return cli_usage_error(CMD, "--policy %s needs --chunks "
+					       "V (>= 2)",
+					       dpl_policy_name(o->policy));
+		if (chunks != 1 && o->chunks != 0)
+			return cli_usage_error(CMD, "--chunks applies to "
+					       "--policy interleaved, "
+					       "looped-bfs and interleaved-zb "
+					       "only%s", chunks
+					       ? " (zbv and dualpipev always "
+						 "have 2)"
+					       : "");
+		if (chunks == 1)
+			chunks = o->chunks;
+		if ((o->policy == DPL_POLICY_BOUNDED ||
+		     o->policy == DPL_POLICY_ZB_AUTO) && o->cap == 0 &&
+		    o->bytes.cap == NULL)
+			return cli_usage_error(CMD, "--policy %s needs --cap C, "
+					       "or --cap-bytes B with "
+					       "--cap-act-bytes A",
+					       dpl_policy_name(o->policy));
+		if (o->policy != DPL_POLICY_BOUNDED &&
+		    o->policy != DPL_POLICY_ZB_AUTO && o->cap != 0)
+			return cli_usage_error(CMD, "--cap applies to --policy "
+					       "bounded and zb-auto only");
+		J->nstages = o->stages * (chunks ? chunks : 1);
+		J->ranks = o->stages;
+	}
 	if (J->nstages > TRAIN_MAX_STAGES)
 		return cli_usage_error(CMD, "%u stages (at most %u)",
 				       J->nstages, TRAIN_MAX_STAGES);
@@ -183,15 +305,19 @@ int train_resolve(struct train_job *J)
 		return cli_usage_error(CMD, "--fail-at: iteration %u out of "
 				       "range (%u iterations)", o->fail_iter,
 				       o->iterations);
-	sp.stages = o->stages;
-	sp.microbatches = o->microbatches;
-	sp.policy = o->policy;
-	sp.chunks = o->chunks;
-	sp.cap_all = o->cap;
-	if (dpl_schedule_build(&sp, &J->sched) != 0)
-		return cli_usage_error(CMD, "%s", dpl_last_error());
-	if (dpl_schedule_lower(J->sched) != 0)
-		return cli_fail(CMD, "%s", dpl_last_error());
+	if ((rc = resolve_cap_bytes(J, &sp, cap_act)) != 0)
+		return rc;
+	if (!o->schedule_path) {
+		sp.stages = o->stages;
+		sp.microbatches = o->microbatches;
+		sp.policy = o->policy;
+		sp.chunks = o->chunks;
+		sp.cap_all = o->cap;
+		if (dpl_schedule_build(&sp, &J->sched) != 0)
+			return cli_usage_error(CMD, "%s", dpl_last_error());
+		if (dpl_schedule_lower(J->sched) != 0)
+			return cli_fail(CMD, "%s", dpl_last_error());
+	}
 	if (!o->synthetic && !o->plan_path) {
 #if defined(DPL_HAVE_DEVICE_CPU)
 		if (dpl_mlp_bounds(J->layers, J->nstages, J->bounds) != 0)

@@ -154,6 +154,9 @@ Test(train, chunked_policies_take_any_microbatch_count, .timeout = 240)
 	static const char *const chunked[] = {
 		"--policy interleaved --chunks 2",
 		"--policy looped-bfs --chunks 2",
+		"--policy interleaved-zb --chunks 2",
+		"--policy zbv",
+		"--policy dualpipev",
 	};
 	static const struct {
 		const char *flags;

@@ -182,7 +182,10 @@ int dpl_runner_create(const struct dpl_runner_params *p, dpl_runner **out)
 	if ((rc = dpl__scan_list(r)) != 0)
 		goto fail;
 	for (s = 0; s < r->nls; s++) {
-		if ((rc = dpl__setup_slots(r, &r->ls[s])) != 0)
+		uint64_t cap = p->cap_bytes ? p->cap_bytes[r->ls[s].stage]
+					    : 0;
+
+		if ((rc = dpl__setup_slots(r, &r->ls[s], cap)) != 0)
 			goto fail;
 		dpl__runner_reset_stage(&r->ls[s], r->nmb);
 	}

@@ -318,7 +318,8 @@ int dpl__setup_stage_neighbours(dpl_runner *r, struct dpl__lstage *ls,
 				const uint64_t *act);
 int dpl__setup_grads(dpl_runner *r, struct dpl__lstage *ls);
 int dpl__setup_requests(dpl_runner *r);
-int dpl__setup_slots(dpl_runner *r, struct dpl__lstage *ls);
+/* cap: the stage's byte cap, 0 = none; checked before allocating. */
+int dpl__setup_slots(dpl_runner *r, struct dpl__lstage *ls, uint64_t cap);
 int dpl__setup_ctrl(dpl_runner *r);
 
 /*

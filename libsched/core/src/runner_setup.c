@@ -312,7 +312,7 @@ int dpl__setup_requests(dpl_runner *r)
 	return 0;
 }
 
-int dpl__setup_slots(dpl_runner *r, struct dpl__lstage *ls)
+int dpl__setup_slots(dpl_runner *r, struct dpl__lstage *ls, uint64_t cap)
 {
 	uint64_t sz[4] = {0, 0, 0, 0}, total;
 	unsigned char *p;
@@ -322,6 +322,20 @@ int dpl__setup_slots(dpl_runner *r, struct dpl__lstage *ls)
 	if ((rc = slot_sizes(ls, sz)) != 0)
 		return rc;
 	ls->slot_bytes = sz[0] + sz[1] + sz[2] + sz[3];
+	if (!mul_ok(ls->slot_bytes, ls->nslots, &total) || total > SIZE_MAX)
+		return dpl__error(DPL_ERANGE, "stage %u: buffers overflow",
+				  ls->stage);
+	if (cap != 0 && total > cap)
+		return dpl__error(DPL_EINVAL,
+				  "stage %u: its activation buffers need %llu "
+				  "bytes (%u buffer sets of %llu bytes; the "
+				  "schedule keeps up to %u micro-batch%s in "
+				  "flight), above its cap of %llu bytes",
+				  ls->stage, (unsigned long long)total,
+				  ls->nslots,
+				  (unsigned long long)ls->slot_bytes,
+				  ls->bound, ls->bound == 1 ? "" : "es",
+				  (unsigned long long)cap);
 	ls->slots = calloc(ls->nslots ? ls->nslots : 1, sizeof *ls->slots);
 	ls->fifo = calloc(ls->nslots ? ls->nslots : 1, sizeof *ls->fifo);
 	ls->mb_slot = malloc(r->nmb * sizeof *ls->mb_slot);
@@ -329,9 +343,6 @@ int dpl__setup_slots(dpl_runner *r, struct dpl__lstage *ls)
 			       sizeof *ls->live_free);
 	if (!ls->slots || !ls->fifo || !ls->mb_slot || !ls->live_free)
 		return dpl__error(DPL_ENOMEM, "out of memory");
-	if (!mul_ok(ls->slot_bytes, ls->nslots, &total) || total > SIZE_MAX)
-		return dpl__error(DPL_ERANGE, "stage %u: buffers overflow",
-				  ls->stage);
 	if (total > 0) {
 		rc = r->dev->ops->alloc(r->dev->ctx, r->dev->ops->mem,
 					(size_t)total, &ls->mem);

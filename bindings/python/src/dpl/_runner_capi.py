@@ -67,6 +67,8 @@ class RunnerParams(Structure):
         ("stage_ops", POINTER(StageOps)), ("stage_user", c_void_p),
         ("transport", c_void_p), ("device", c_void_p),
         ("trace_capacity", c_size_t),
+        # Per-stage byte caps (S values, 0 = none); None (NULL): no caps.
+        ("cap_bytes", POINTER(c_uint64)),
     ]
 
 

@@ -187,6 +187,10 @@ struct dpl_runner_params {
 	dpl_device *device;       /* NULL = host memory (dpl_device_host) */
 	size_t trace_capacity;    /* events kept per step for the trace;
 				     0 = no trace */
+	const uint64_t *cap_bytes; /* S values, 0 = none; NULL = no caps:
+				      the most bytes of activation buffers
+				      each stage this rank runs may take
+				      (see dpl_runner_create) */
 };
 
 typedef struct dpl_runner dpl_runner;
@@ -196,14 +200,27 @@ typedef struct dpl_runner dpl_runner;
  * layout, allocate every buffer, post the receives that carry failure
  * notices from other ranks. On success *out owns the runner
  * (dpl_runner_destroy). Does not communicate.
+ *
+ * Byte caps: with p->cap_bytes, each stage s this rank runs whose cap
+ * p->cap_bytes[s] is not 0 must fit its activation buffers in it: the
+ * buffer sets it allocates for the stage (struct dpl_runner_stage_stats
+ * slots, one per micro-batch alive at once plus the receives posted
+ * ahead) times the bytes of one set (slot_bytes: the stage's input and
+ * output activations and their gradients for the largest micro-batch of
+ * this replica, each rounded up to 64 bytes) must not exceed it. A
+ * schedule that needs more is refused before that stage's buffers are
+ * allocated, and the failed create keeps nothing.
+ *
  * Errors: DPL_EINVAL naming the bad parameter (schedule not lowered, a
  * replica count of 0, rank outside the world, a transport of another
  * world size or rank, batch < M, missing callbacks, gradient buffers of
- * mixed dtypes), DPL_ERANGE for counts beyond the tag space (stages >=
- * 2^20, micro-batches >= 2^28), DPL_ENOMEM, DPL_ENOTSUP when a
- * replicated stage's gradients must go through the core's ring (the
- * transport has no iallreduce) and the device cannot sum their dtype, or
- * the error of grads or of the device. Thread-safe.
+ * mixed dtypes, a stage whose buffers exceed its byte cap: the message
+ * names the stage, the bytes needed, the cap and the schedule's
+ * in-flight bound for the stage), DPL_ERANGE for counts beyond the tag
+ * space (stages >= 2^20, micro-batches >= 2^28), DPL_ENOMEM, DPL_ENOTSUP
+ * when a replicated stage's gradients must go through the core's ring
+ * (the transport has no iallreduce) and the device cannot sum their
+ * dtype, or the error of grads or of the device. Thread-safe.
  */
 DPL_EXTERN int dpl_runner_create(const struct dpl_runner_params *p,
 				 dpl_runner **out);
