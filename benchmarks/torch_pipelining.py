@@ -11,7 +11,9 @@ per round on each side, the sides alternating (A B, then B A, ...):
 - dpl: dpl.torch's PipelineStage + Schedule1F1B / ScheduleGPipe over shm,
   4 rank processes started by python -m dpl.run -n 4.
 
-Every rank runs torch.set_num_threads(1). Cases: (a) MLP 16,64x7,4,
+Every rank runs torch.set_num_threads(1); with --bind core or fold every
+rank of both sides pins itself to one CPU by the same rule (python -m
+dpl.run --bind's). Cases: (a) MLP 16,64x7,4,
 batch 64, M=32 (f32 1F1B, f32 GPipe, f64 1F1B); (b) MLP 16,1024x7,4,
 batch 256, M=8, f32 1F1B; (c) 8 nn.TransformerEncoderLayer (d_model 256,
 4 heads, feed-forward 1024, no dropout, batch_first, sequence 64), batch 16,
@@ -43,7 +45,8 @@ path is torch's own forward and autograd).
 
 Usage:
   python benchmarks/torch_pipelining.py [--cases a,b,c] [--rounds N]
-      [--iters N] [--warmup N] [--sides torch,dpl] [--json PATH] [--quick]
+      [--iters N] [--warmup N] [--sides torch,dpl] [--bind none|core|fold]
+      [--json PATH] [--quick]
 """
 from __future__ import annotations
 
@@ -104,7 +107,8 @@ def bench_cases(args, sides: list[str]) -> list[dict]:
                 try:
                     runs[side].append(launch.run(
                         side, name, args.ranks, iters, args.warmup, args.timeout,
-                        torch_launcher=args.torch_launcher, build=args.build))
+                        torch_launcher=args.torch_launcher, build=args.build,
+                        worker_args=("--bind", args.bind)))
                 except launch.RunError as e:
                     errors[side] = str(e)
                     print(f"# {name} {side} failed: {str(e)[:2000]}",
@@ -301,6 +305,9 @@ def main(argv: list[str] | None = None) -> int:
                    help="which libraries to run (default torch,dpl)")
     p.add_argument("--torch-launcher", choices=("torchrun", "spawn"),
                    default="torchrun")
+    p.add_argument("--bind", choices=("none", "core", "fold"), default="none",
+                   help="pin every rank of both sides to one CPU: core = rank mod "
+                        "CPUs, fold = ranks r and N-1-r together (default none)")
     p.add_argument("--no-callback", action="store_true",
                    help="skip the callback-cost measurement")
     p.add_argument("--cb-stages", type=int, default=2)
@@ -337,6 +344,7 @@ def main(argv: list[str] | None = None) -> int:
     if a.json:
         doc = {"command": " ".join([os.path.basename(sys.executable)]
                                    + sys.argv),
+               "bind": a.bind,
                "machine": {"platform": platform.platform(),
                            "cpus": os.cpu_count(),
                            "python": platform.python_version(),

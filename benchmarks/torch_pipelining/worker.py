@@ -8,7 +8,8 @@ The rank and world size come from the environment (RANK/WORLD_SIZE from
 torchrun or the launcher's own spawn, DPL_RANK/DPL_WORLD_SIZE from
 python -m dpl.run). The rank:
 
-1. sets one intra-op thread, builds its stage module, creates the stage
+1. sets one intra-op thread, pins itself to one CPU with --bind core or
+   fold (the same rule on both sides), builds its stage module, creates the stage
    and the schedule (PyTorch: after dist.init_process_group("gloo") on
    127.0.0.1; dpl: dpl.torch over the transport dpl.run gave it);
 2. writes DIR/ready.R holding time.time() at that moment: the launcher
@@ -129,10 +130,17 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--warmup", type=int, default=2)
     p.add_argument("--timeout", type=float, default=120.0)
     p.add_argument("--tiny-microbatches", type=int, default=32)
+    p.add_argument("--bind", choices=("none", "core", "fold"), default="none",
+                   help="pin this rank to one CPU: core = rank mod CPUs, fold = ranks r "
+                        "and N-1-r together (python -m dpl.run --bind's rule)")
     a = p.parse_args(argv)
 
     torch.set_num_threads(1)
     rank, world = env_rank()
+    if a.bind != "none":   # the same placement on both sides (dpl.run --bind's rule)
+        cpus = sorted(os.sched_getaffinity(0))
+        k = rank if a.bind == "core" else min(rank, world - 1 - rank)
+        os.sched_setaffinity(0, {cpus[k % len(cpus)]})
     if a.case == "tiny":
         case = models.tiny_case(world, a.tiny_microbatches, a.iters)
     else:

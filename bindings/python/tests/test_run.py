@@ -159,6 +159,7 @@ def test_bad_n_names_the_value(tmp_path, value):
     (["-n", "2", "--bogus"], "unknown option '--bogus'"),
     (["-n", "2", "--timeout", "soon"], "--timeout 'soon' is not a number of seconds"),
     (["-n", "2"], "no script.py (or -m module) to run"),
+    (["-n", "2", "--bind", "numa", "x.py"], "--bind 'numa' is not one of none, core, fold"),
 ])
 def test_usage_errors(args, msg):
     p = subprocess.run([sys.executable, "-m", "dpl.run", *args], env=rank_env(),
@@ -200,3 +201,33 @@ def test_launch_function(tmp_path, capfd):
         run.launch(1, argv, timeout=0)
     with pytest.raises(OSError, match="cannot start rank 0"):
         run.launch(2, [str(tmp_path / "no-such-program")])
+
+
+def test_bind_cpus_by_hand():
+    # 4 ranks on CPUs 2 and 5: core = r mod 2; fold = min(r, 3 - r) mod 2
+    assert run.bind_cpus(4, "core", [2, 5]) == [2, 5, 2, 5]
+    assert run.bind_cpus(4, "fold", [2, 5]) == [2, 5, 5, 2]
+    assert run.bind_cpus(5, "fold", [7]) == [7] * 5
+    assert run.bind_cpus(3, "none") == [None] * 3
+    with pytest.raises(dpl.InvalidArgument, match="bind 'x' is not one of none, core, fold"):
+        run.bind_cpus(2, "x")
+
+
+@pytest.mark.parametrize("bind", ["none", "core", "fold"])
+def test_bind_places_every_rank(tmp_path, bind):
+    (tmp_path / "aff.py").write_text(textwrap.dedent("""
+        import os
+        with open("aff-" + os.environ["DPL_RANK"], "w") as f:
+            f.write(" ".join(map(str, sorted(os.sched_getaffinity(0)))))
+    """))
+    p = subprocess.run([sys.executable, "-m", "dpl.run", "-n", "4", "--bind", bind, "aff.py"],
+                       env=rank_env(), cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0, p.stderr
+    got = [[int(c) for c in (tmp_path / f"aff-{r}").read_text().split()] for r in range(4)]
+    mine = sorted(os.sched_getaffinity(0))
+    if bind == "none":
+        assert all(g == mine for g in got)
+        return
+    assert all(len(g) == 1 for g in got)
+    want = {"core": [0, 1, 2, 3], "fold": [0, 1, 1, 0]}[bind]
+    assert [g[0] for g in got] == [mine[k % len(mine)] for k in want]

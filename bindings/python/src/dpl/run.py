@@ -4,8 +4,8 @@
 
 Command line::
 
-    python -m dpl.run -n N [--transport NAME] [--timeout S] script.py [args...]
-    python -m dpl.run -n N [--transport NAME] [--timeout S] -m module [args...]
+    python -m dpl.run -n N [--transport NAME] [--timeout S] [--bind B] script.py [args...]
+    python -m dpl.run -n N [--transport NAME] [--timeout S] [--bind B] -m module [args...]
 
 starts N processes of ``sys.executable script.py args`` (or ``-m module``)
 with ``DPL_RANK``, ``DPL_WORLD_SIZE``, ``DPL_ROOT=127.0.0.1:<free port>``
@@ -20,6 +20,14 @@ the launcher send SIGTERM to every rank (each runs in a process group of
 its own, so a terminal's Ctrl-C reaches the ranks once, through the
 launcher), wait up to the timeout, kill what is left and exit 130, 143 or
 129. Usage errors exit 2.
+
+``--bind`` places each rank on one CPU of those the launcher may run on
+(C of them, in order): ``core`` puts rank r on CPU r mod C; ``fold`` puts
+ranks r and N-1-r together, on CPU min(r, N-1-r) mod C -- the pipeline
+folded in a V, as the V schedules place their stages: with more ranks than
+CPUs, a first stage busy filling or draining the pipeline shares its CPU
+with the last, which is idle then, and each rank keeps its caches;
+``none`` (the default) leaves placement to the kernel.
 """
 
 from __future__ import annotations
@@ -194,6 +202,17 @@ def _child_setup_fn() -> Callable[[], None]:
     return setup
 
 
+def _pinned(setup: Callable[[], None], cpu: int | None) -> Callable[[], None]:
+    """``setup``, then (between fork and exec) the CPU ``cpu`` if any."""
+    if cpu is None:
+        return setup
+
+    def run() -> None:
+        setup()
+        os.sched_setaffinity(0, {cpu})
+    return run
+
+
 def _signal_group(p: subprocess.Popen, sig: int) -> None:
     try:
         os.killpg(p.pid, sig)
@@ -231,8 +250,24 @@ def _sweep_shm(pid: int) -> None:
 _EXIT_BY_SIGNAL = {signal.SIGINT: 130, signal.SIGTERM: 143, signal.SIGHUP: 129}
 
 
+BINDS = ("none", "core", "fold")
+
+
+def bind_cpus(n: int, bind: str, cpus: Sequence[int] | None = None) -> list[int | None]:
+    """The CPU each of ``n`` ranks runs on under ``bind`` (see the module's
+    text), from ``cpus`` (default: this process's affinity, sorted); None
+    for every rank with "none". Raises InvalidArgument for another value."""
+    if bind not in BINDS:
+        raise _world._err("EINVAL", f"bind {bind!r} is not one of {', '.join(BINDS)}")
+    if bind == "none":
+        return [None] * n
+    c = sorted(os.sched_getaffinity(0)) if cpus is None else list(cpus)
+    return [c[(r if bind == "core" else min(r, n - 1 - r)) % len(c)] for r in range(n)]
+
+
 def launch(n: int, argv: Sequence[str], env: dict[str, str] | None = None,
-           timeout: float = 30.0, transport: str | None = None) -> int:
+           timeout: float = 30.0, transport: str | None = None,
+           bind: str = "none") -> int:
     """Run ``n`` processes of ``argv`` (the full command line; ``argv[0]``
     is the program) as the ranks of one job and return the job's exit
     status (see the module's text: 0, the first failing rank's status, or
@@ -242,20 +277,23 @@ def launch(n: int, argv: Sequence[str], env: dict[str, str] | None = None,
     ``DPL_RANK=r``, ``DPL_WORLD_SIZE=n``, ``DPL_ROOT=127.0.0.1:<free port>``,
     ``DPL_TRANSPORT=transport`` when given, and ``UCX_NET_DEVICES=lo``,
     ``FI_TCP_IFACE=lo``, ``UCX_LOG_FILE=stderr`` unless set. Each rank runs
-    in its own process group and dies with the launcher.
+    in its own process group and dies with the launcher; with ``bind``
+    "core" or "fold" it runs on the one CPU :func:`bind_cpus` gives it
+    (set before it starts).
 
     Blocks while the ranks run; once one failed (non-zero exit or a signal),
     at most ``timeout`` seconds more before the rest are killed (SIGKILL to
     their process groups). On the main thread, SIGINT/SIGTERM/SIGHUP are
     caught meanwhile and passed on as SIGTERM (handlers restored on
     return). Writes which ranks failed to stderr, the first last. Raises
-    :class:`dpl.InvalidArgument` for a bad ``n``, ``argv`` or ``timeout``,
+    :class:`dpl.InvalidArgument` for a bad ``n``, ``argv``, ``timeout`` or ``bind``,
     ``OSError`` when a rank cannot be started (those started are killed).
     """
     _world._index(n, "n", 1)
     t = _world._seconds(timeout, "timeout")
     if isinstance(argv, (str, bytes)) or not argv or not all(isinstance(a, str) for a in argv):
         raise _world._err("EINVAL", f"argv={argv!r} is not a non-empty list of strings")
+    cpus = bind_cpus(n, bind)
     base = dict(os.environ if env is None else env)
     for k, v in (("UCX_NET_DEVICES", "lo"), ("FI_TCP_IFACE", "lo"), ("UCX_LOG_FILE", "stderr")):
         base.setdefault(k, v)
@@ -277,7 +315,7 @@ def launch(n: int, argv: Sequence[str], env: dict[str, str] | None = None,
         for r in range(n):
             try:
                 procs.append(subprocess.Popen(list(argv), env=dict(base, DPL_RANK=str(r)),
-                                              preexec_fn=setup))
+                                              preexec_fn=_pinned(setup, cpus[r])))
             except OSError as exc:
                 for p in procs:
                     _signal_group(p, signal.SIGKILL)
@@ -393,15 +431,15 @@ def _wait(procs: list[subprocess.Popen], t: float, caught: list[int],
 # ------------------------------------------------------------ command line
 
 USAGE = (f"usage: python -m {PROG} -n N [--transport NAME] [--timeout S] "
-         "(script.py | -m module) [args...]")
+         "[--bind none|core|fold] (script.py | -m module) [args...]")
 
 
 class _Usage(Exception):
     pass
 
 
-def _parse(argv: list[str]) -> tuple[int, str | None, float, list[str]]:
-    n, transport, timeout, module = None, None, 30.0, None
+def _parse(argv: list[str]) -> tuple[int, str | None, float, list[str], str]:
+    n, transport, timeout, module, bind = None, None, 30.0, None, "none"
     i = 0
     while i < len(argv):
         a = argv[i]
@@ -412,12 +450,12 @@ def _parse(argv: list[str]) -> tuple[int, str | None, float, list[str]]:
             i += 1
             break
         opt, val = a, None
-        for long in ("--nprocs", "--transport", "--timeout"):
+        for long in ("--nprocs", "--transport", "--timeout", "--bind"):
             if a.startswith(long + "="):
                 opt, val = long, a[len(long) + 1:]
         if val is None and a[:2] in ("-n", "-m") and len(a) > 2 and not a.startswith("--"):
             opt, val = a[:2], a[2:]
-        if opt not in ("-n", "--nprocs", "--transport", "--timeout", "-m"):
+        if opt not in ("-n", "--nprocs", "--transport", "--timeout", "--bind", "-m"):
             if a.startswith("-") and a != "-":
                 raise _Usage(f"unknown option {a!r}")
             break
@@ -431,6 +469,10 @@ def _parse(argv: list[str]) -> tuple[int, str | None, float, list[str]]:
             if not re.fullmatch(r"[0-9]+", val) or int(val) < 1:
                 raise _Usage(f"-n {val!r} is not a whole number >= 1")
             n = int(val)
+        elif opt == "--bind":
+            if val not in BINDS:
+                raise _Usage(f"--bind {val!r} is not one of {', '.join(BINDS)}")
+            bind = val
         elif opt == "--transport":
             if not val:
                 raise _Usage("--transport '' is empty")
@@ -452,7 +494,7 @@ def _parse(argv: list[str]) -> tuple[int, str | None, float, list[str]]:
         cmd = [sys.executable, *rest]
     else:
         raise _Usage("no script.py (or -m module) to run")
-    return n, transport, timeout, cmd
+    return n, transport, timeout, cmd, bind
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -460,12 +502,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     :func:`launch` and return its exit status (2 for usage errors, 1 when
     a rank cannot be started)."""
     try:
-        n, transport, timeout, cmd = _parse(list(sys.argv[1:] if argv is None else argv))
+        n, transport, timeout, cmd, bind = _parse(list(sys.argv[1:] if argv is None else argv))
     except _Usage as exc:
         sys.stderr.write(f"{PROG}: {exc}\n{USAGE}\n")
         return 2
     try:
-        return launch(n, cmd, timeout=timeout, transport=transport)
+        return launch(n, cmd, timeout=timeout, transport=transport, bind=bind)
     except OSError as exc:
         sys.stderr.write(f"{exc.strerror or exc}\n")
         return 1
