@@ -39,7 +39,6 @@ U32_MAX = 0xFFFFFFFF
 
 # enum dpl_policy
 POLICY_CUSTOM = 6
-POLICY_COUNT = 12
 
 # enum dpl_sim_event_kind
 SIM_EVENT_KINDS = ("compute", "transfer", "reduce", "step")
@@ -343,9 +342,16 @@ def kind_names() -> tuple[str, ...]:
 
 
 def policy_names() -> tuple[str, ...]:
-    """The policy names in enum order ("gpipe", ..., "custom")."""
+    """The policy names in enum order ("gpipe", ..., "custom", ...), as far
+    as dpl_policy_name() knows them (it returns NULL past the last)."""
     lib = core()
-    return tuple(lib.dpl_policy_name(p).decode() for p in range(POLICY_COUNT))
+    names = []
+    while len(names) < 256:
+        n = lib.dpl_policy_name(len(names))
+        if not n:
+            break
+        names.append(n.decode())
+    return tuple(names)
 
 
 # -- checked conversions of Python values (messages name the value) ---------
