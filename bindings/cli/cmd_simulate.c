@@ -381,6 +381,16 @@ static int run(int argc, char **argv)
 					  "other");
 		goto done;
 	}
+	if ((schedule != NULL || plan != NULL) &&
+	    (o.cap || o.cap_all || o.bytes.cap || o.bytes.act ||
+	     o.transfer != 0 || o.chunks)) {
+		rc = cli_usage_error(cmd, "--%s fixes the schedule; --chunks, "
+					  "--cap, --cap-bytes, --act-bytes and "
+					  "--transfer only shape one built from "
+					  "--stages/--microbatches/--policy",
+				     schedule ? "schedule" : "plan");
+		goto done;
+	}
 	if (plan && (cost_flags || o.have_costs)) {
 		rc = cli_usage_error(cmd, "--plan carries its own costs; cost, "
 					  "link and allreduce flags are refused "

@@ -244,6 +244,29 @@ Test(cli, zb_auto_transfer)
 	one_line_error(&r, "--transfer: missing value");
 }
 
+/* A schedule file fixes the schedule: flags that would shape a built one
+ * are refused, not ignored. */
+Test(cli, simulate_file_refuses_shaping_flags)
+{
+	static const char *const flags[][2] = {
+	    {"--cap", "2"}, {"--cap-bytes", "4096"}, {"--act-bytes", "1024"},
+	    {"--transfer", "1"}, {"--chunks", "2"}};
+	struct cli_res r;
+	char path[256];
+
+	path_in(path, sizeof path, "s.json");
+	RUN(&r, "schedule", "--stages", "2", "--microbatches", "4", "--policy",
+	    "1f1b", "--format", "json", "--out", path);
+	cr_assert_eq(r.code, 0, "%s", r.err);
+	for (size_t k = 0; k < sizeof flags / sizeof flags[0]; k++) {
+		RUN(&r, "simulate", "--schedule", path, flags[k][0],
+		    flags[k][1]);
+		one_line_error(&r, "--schedule fixes the schedule");
+	}
+	RUN(&r, "simulate", "--schedule", path, "--costs", "1,2", "--json");
+	cr_assert_float_eq(sim_makespan(&r), 15, 1e-9);   /* (M+S-1)(F+B) */
+}
+
 Test(cli, csv_round_trip_through_simulate)
 {
 	struct cli_res r;
