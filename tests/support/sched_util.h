@@ -137,4 +137,21 @@ static inline void expect_round_trip(const dpl_schedule *s, sched_writer w,
 	free(text);
 }
 
+/* Micro-batches a rank keeps alive at once, in list order, over all its
+ * stages: a forward adds one, its B or W takes it away. */
+static inline uint32_t sched_rank_peak(const dpl_schedule *s, uint32_t rank)
+{
+	size_t n;
+	const struct dpl_action *a = dpl_schedule_actions(s, rank, &n);
+	uint32_t live = 0, peak = 0;
+
+	for (size_t i = 0; i < n; i++) {
+		if (a[i].kind == DPL_ACT_F && ++live > peak)
+			peak = live;
+		if (a[i].kind == DPL_ACT_W || a[i].kind == DPL_ACT_B)
+			live--;
+	}
+	return peak;
+}
+
 #endif

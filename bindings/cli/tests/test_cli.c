@@ -17,6 +17,7 @@
 #include <criterion/criterion.h>
 
 #include "cli_run.h"
+#include "scratch.h"
 
 
 
@@ -24,15 +25,12 @@ static char dir[] = "/tmp/dpl-cli-XXXXXX";
 
 static void setup(void)
 {
-	cr_assert_not_null(mkdtemp(dir));
+	scratch_make(dir);
 }
 
 static void teardown(void)
 {
-	char cmd[128];
-
-	snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-	cr_assert_eq(system(cmd), 0);
+	scratch_remove(dir);
 }
 
 

@@ -17,20 +17,18 @@
 #include <criterion/criterion.h>
 
 #include "cli_run.h"
+#include "scratch.h"
 
 static char dir[] = "/tmp/dpl-cli-svg-XXXXXX";
 
 static void setup(void)
 {
-	cr_assert_not_null(mkdtemp(dir));
+	scratch_make(dir);
 }
 
 static void teardown(void)
 {
-	char cmd[128];
-
-	snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-	cr_assert_eq(system(cmd), 0);
+	scratch_remove(dir);
 }
 
 TestSuite(cli_svg, .init = setup, .fini = teardown, .timeout = 60);

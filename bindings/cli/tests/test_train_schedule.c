@@ -21,6 +21,8 @@
 
 #include <cjson/cJSON.h>
 
+#include "scratch.h"
+
 struct out {
 	int status;  /* exit code */
 	char *text;  /* stdout (and stderr when merged) */
@@ -31,15 +33,12 @@ static char dir[] = "/tmp/dpl-train-sched-XXXXXX";
 
 static void setup(void)
 {
-	cr_assert_not_null(mkdtemp(dir));
+	scratch_make(dir);
 }
 
 static void teardown(void)
 {
-	char cmd[128];
-
-	snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-	cr_assert_eq(system(cmd), 0);
+	scratch_remove(dir);
 }
 
 TestSuite(train_schedule, .init = setup, .fini = teardown);

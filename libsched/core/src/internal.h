@@ -89,6 +89,9 @@ int dpl__build_looped_bfs(const struct dpl_schedule_params *p,
 			  dpl_schedule *s);
 int dpl__build_interleaved_zb(const struct dpl_schedule_params *p,
 			      dpl_schedule *s);
+/* The V placement of zbv and dualpipev (2S stages on S ranks): rank r
+ * holds stages r and 2S-1-r. */
+void dpl__place_v(dpl_schedule *s);
 int dpl__build_zbv(const struct dpl_schedule_params *p, dpl_schedule *s);
 int dpl__build_zb_h2(const struct dpl_schedule_params *p, dpl_schedule *s);
 int dpl__build_zb_auto(const struct dpl_schedule_params *p, dpl_schedule *s);

@@ -138,10 +138,7 @@ int dpl__build_dualpipev(const struct dpl_schedule_params *p,
 				  "dualpipev: needs 2 chunks per rank (%u "
 				  "stages for %u ranks)",
 				  s->stages, S);
-	for (r = 0; r < S; r++) {
-		s->stage_rank[r] = r;
-		s->stage_rank[2 * S - 1 - r] = r;
-	}
+	dpl__place_v(s);
 	n = M > 2 * S ? M : 2 * S;
 	wq = malloc(4 * (size_t)n * sizeof *wq);
 	if (wq == NULL)

@@ -74,6 +74,14 @@ static int zbv_rank(dpl_schedule *s, uint32_t r, uint32_t n)
 	return rc;
 }
 
+void dpl__place_v(dpl_schedule *s)
+{
+	for (uint32_t r = 0; r < s->ranks; r++) {
+		s->stage_rank[r] = r;
+		s->stage_rank[2 * s->ranks - 1 - r] = r;
+	}
+}
+
 int dpl__build_zbv(const struct dpl_schedule_params *p, dpl_schedule *s)
 {
 	uint32_t S = s->ranks, M = s->microbatches, n, r;
@@ -85,10 +93,7 @@ int dpl__build_zbv(const struct dpl_schedule_params *p, dpl_schedule *s)
 				  "zbv: needs 2 chunks per rank (%u stages "
 				  "for %u ranks)",
 				  s->stages, S);
-	for (r = 0; r < S; r++) {
-		s->stage_rank[r] = r;
-		s->stage_rank[2 * S - 1 - r] = r;
-	}
+	dpl__place_v(s);
 	n = M > 2 * S - 1 ? M : 2 * S - 1;
 	for (r = 0; r < S; r++) {
 		if ((rc = dpl__list_reserve(&s->lists[r], 6 * (size_t)M)))

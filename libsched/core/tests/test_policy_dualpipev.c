@@ -17,6 +17,8 @@
 #include <dpl/dpl.h>
 #include <dpl/sim.h>
 
+#include "sched_util.h"
+
 static dpl_schedule *build(uint32_t S, uint32_t M, enum dpl_policy p)
 {
 	struct dpl_schedule_params prm = {.stages = S, .microbatches = M,
@@ -29,22 +31,6 @@ static dpl_schedule *build(uint32_t S, uint32_t M, enum dpl_policy p)
 }
 
 static uint32_t min_u(uint32_t a, uint32_t b) { return a < b ? a : b; }
-
-/* Micro-batches of its stages a rank keeps alive at once (F to B/W). */
-static uint32_t rank_peak(const dpl_schedule *s, uint32_t r)
-{
-	size_t n;
-	const struct dpl_action *a = dpl_schedule_actions(s, r, &n);
-	uint32_t live = 0, peak = 0;
-
-	for (size_t i = 0; i < n; i++) {
-		if (a[i].kind == DPL_ACT_F && ++live > peak)
-			peak = live;
-		if (a[i].kind == DPL_ACT_W || a[i].kind == DPL_ACT_B)
-			live--;
-	}
-	return peak;
-}
 
 Test(policy_dualpipev, every_s_and_m_valid_once_and_bounded, .timeout = 240)
 {
@@ -92,11 +78,11 @@ Test(policy_dualpipev, every_s_and_m_valid_once_and_bounded, .timeout = 240)
 						     a[i].microbatch);
 					seen[k] = (unsigned char)(a[i].kind + 1);
 				}
-				cr_assert_leq(rank_peak(s, r),
+				cr_assert_leq(sched_rank_peak(s, r),
 					      min_u(2 * M, 2 * S + 1),
 					      "S=%u M=%u rank %u", S, M, r);
 				if (M >= 2 * S)
-					cr_assert_eq(rank_peak(s, r),
+					cr_assert_eq(sched_rank_peak(s, r),
 						     2 * S + 1);
 			}
 			for (uint32_t st = 0; st < n; st++)

@@ -6,6 +6,7 @@
  * rank within min(M V, (V - 1) G + 2 (S - r - 1) + 1)); each (stage, mb)
  * computed once, valid as built and lowered under rendezvous sends.
  */
+#define _POSIX_C_SOURCE 200809L
 #include <stdlib.h>
 #include <string.h>
 
@@ -13,6 +14,8 @@
 
 #include <dpl/dpl.h>
 #include <dpl/sim.h>
+
+#include "sched_util.h"
 
 #define SMAX 16
 #define MMAX 64
@@ -41,22 +44,6 @@ static double makespan(const dpl_schedule *s)
 	dpl_sim_summary(sim, &sum);
 	dpl_sim_destroy(sim);
 	return sum.makespan;
-}
-
-/* Micro-batches alive on `rank` at once, in list order, over its stages. */
-static uint32_t rank_peak(const dpl_schedule *s, uint32_t rank)
-{
-	size_t n;
-	const struct dpl_action *a = dpl_schedule_actions(s, rank, &n);
-	uint32_t live = 0, peak = 0;
-
-	for (size_t i = 0; i < n; i++) {
-		if (a[i].kind == DPL_ACT_F && ++live > peak)
-			peak = live;
-		else if (a[i].kind == DPL_ACT_B)
-			live--;
-	}
-	return peak;
 }
 
 /*
@@ -135,7 +122,7 @@ Test(looped_bfs, breadth_first_order_and_closed_form, .timeout = 240)
 						cr_assert_eq(b->microbatch,
 							     M - 1 - k % M);
 					}
-					cr_assert_eq(rank_peak(s, r), M * V);
+					cr_assert_eq(sched_rank_peak(s, r), M * V);
 				}
 				for (uint32_t st = 0; st < S * V; st++)
 					cr_assert_eq(dpl_schedule_bound(s, st), M);
@@ -170,7 +157,7 @@ Test(interleaved, any_microbatch_count, .timeout = 240)
 					uint32_t warm = (V - 1) * group0(S, M) +
 							2 * (S - r - 1) + 1;
 
-					cr_assert_leq(rank_peak(s, r),
+					cr_assert_leq(sched_rank_peak(s, r),
 						      warm < M * V ? warm : M * V,
 						      "S=%u M=%u V=%u r=%u", S,
 						      M, V, r);

@@ -14,6 +14,8 @@
 #include <dpl/dpl.h>
 #include <dpl/sim.h>
 
+#include "sched_util.h"
+
 #define SMAX 16
 #define MMAX 64
 
@@ -78,22 +80,6 @@ static void check_valid_and_lowered(dpl_schedule *s, struct dpl_stage_cost c)
 	cr_assert_float_eq(makespan(s, c), before, 1e-9);
 }
 
-/* Micro-batches of all its stages a rank keeps alive at once, peak. */
-static uint32_t rank_peak(const dpl_schedule *s, uint32_t r)
-{
-	size_t n;
-	const struct dpl_action *a = dpl_schedule_actions(s, r, &n);
-	uint32_t live = 0, peak = 0;
-
-	for (size_t i = 0; i < n; i++) {
-		if (a[i].kind == DPL_ACT_F && ++live > peak)
-			peak = live;
-		if (a[i].kind == DPL_ACT_W || a[i].kind == DPL_ACT_B)
-			live--;
-	}
-	return peak;
-}
-
 Test(policy_zb, zbv_any_m_v_shape_and_memory, .timeout = 120)
 {
 	for (uint32_t S = 1; S <= SMAX; S++)
@@ -108,7 +94,7 @@ Test(policy_zb, zbv_any_m_v_shape_and_memory, .timeout = 120)
 				cr_assert_eq(dpl_schedule_stage_rank(z, r), r);
 				cr_assert_eq(
 				    dpl_schedule_stage_rank(z, 2 * S - 1 - r), r);
-				cr_assert_leq(rank_peak(z, r), 2 * min_u(S, M),
+				cr_assert_leq(sched_rank_peak(z, r), 2 * min_u(S, M),
 					      "S=%u M=%u r=%u", S, M, r);
 			}
 			/* Never below the work of a rank plus the first
@@ -163,7 +149,7 @@ Test(policy_zb, interleaved_zb_any_m_valid_and_bounded, .timeout = 240)
 					    dpl_schedule_stage_rank(z, st),
 					    st % S);
 				for (uint32_t r = 0; r < S; r++)
-					cr_assert_leq(rank_peak(z, r),
+					cr_assert_leq(sched_rank_peak(z, r),
 						      min_u(V * M,
 							    (V - 1) * G0 + S),
 						      "S=%u M=%u V=%u r=%u", S,

@@ -19,6 +19,8 @@
 #include <dpl/dpl.h>
 #include <dpl/sim.h>
 
+#include "scratch.h"
+
 #define WIDTH 960.0 /* the documented default */
 
 static dpl_schedule *build(uint32_t S, uint32_t M, enum dpl_policy p,
@@ -516,15 +518,12 @@ static char dir[] = "/tmp/dpl-svg-XXXXXX";
 
 static void mkdir_scratch(void)
 {
-	cr_assert_not_null(mkdtemp(dir));
+	scratch_make(dir);
 }
 
 static void rm_scratch(void)
 {
-	char cmd[128];
-
-	snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-	cr_assert_eq(system(cmd), 0);
+	scratch_remove(dir);
 }
 
 static size_t entries(const char *path)

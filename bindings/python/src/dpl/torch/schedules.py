@@ -119,7 +119,6 @@ class _PipelineSchedule:
             if self._reduce:
                 for s in self._stages.values():
                     s.bind_grads()
-            self._cb.new_step()
             self._runner.step()
         except BaseException as e:
             self._failed = e
@@ -128,7 +127,7 @@ class _PipelineSchedule:
             raise
         finally:
             self._args = self._kwargs = self._target = None
-            if self._runner is not None:
+            if self._runner is not None:   # the next step splits its own inputs
                 self._cb.new_step()
             for s in self._stages.values():
                 s.state.clear()
@@ -250,13 +249,15 @@ class _Callbacks:
     def __init__(self, sch: _PipelineSchedule, replicas: int, replica: int):
         self.s = sch
         self.M = sch._n_microbatches
-        self.sizes: list[int] | None = None   # samples of each micro-batch
-        # this replica's sample range of each micro-batch (<dpl/runner.h>:
-        # micro-batch j is split(batch, M, j), replica r of R the r-th of R
-        # sub-ranges of it), and where each starts among the cuts
+        # samples of each micro-batch and this replica's range of it
+        # (<dpl/runner.h>: micro-batch j is split(batch, M, j), replica r of
+        # R the r-th of R sub-ranges of it), and where each range starts
+        # among the cuts
+        self.sizes: list[int] = []
         self.ranges: list[tuple[int, int]] = []
         for j in range(self.M):
             b, e = split(sch._batch, self.M, j)
+            self.sizes.append(e - b)
             if replicas > 1:
                 rb, re = split(e - b, replicas, replica)
                 b, e = b + rb, b + re
@@ -334,12 +335,8 @@ class _Callbacks:
         st.state[a.microbatch] = (inp, out, None)
 
     def _share(self, a) -> float:
-        sizes = self.sizes
-        if sizes is None:
-            sizes = self.sizes = [e - b for b, e in (split(self.s._batch, self.M, j)
-                                                      for j in range(self.M))]
         n = a.end - a.begin
-        full = sizes[a.microbatch]
+        full = self.sizes[a.microbatch]
         return 1.0 if n == full else n / full
 
     def _grad_out(self, st: PipelineStage, a, out):
