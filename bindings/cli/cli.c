@@ -40,31 +40,97 @@ int cli_fail(const char *cmd, const char *fmt, ...)
 	return rc;
 }
 
+/*
+ * The flags taken so far from one argument vector: where each was, its
+ * name and its value (an argv pointer), so that a second occurrence is
+ * refused and an output path can be traced back to its flag. A new argv
+ * starts a new record.
+ */
+static struct {
+	char **argv;
+	int n;
+	struct {
+		int idx;
+		const char *name, *val;
+	} seen[CLI_MAX_ARGS];
+	const char *dup; /* the flag given twice, or NULL */
+	int dup_first, dup_again;
+} flags;
+
+/* Note flag `name` at argv[i]; false when it was taken before at another
+ * index (the repeat is recorded for cli_unknown()). */
+static bool flag_note(char **argv, int i, const char *name)
+{
+	int k;
+
+	if (flags.argv != argv) {
+		flags.argv = argv;
+		flags.n = 0;
+		flags.dup = NULL;
+	}
+	for (k = 0; k < flags.n; k++) {
+		if (strcmp(flags.seen[k].name, name) != 0)
+			continue;
+		if (flags.seen[k].idx == i)
+			return true;
+		flags.dup = flags.seen[k].name;
+		flags.dup_first = flags.seen[k].idx;
+		flags.dup_again = i;
+		return false;
+	}
+	if (flags.n < CLI_MAX_ARGS) {
+		flags.seen[flags.n].idx = i;
+		flags.seen[flags.n].name = name;
+		flags.seen[flags.n].val = NULL;
+		flags.n++;
+	}
+	return true;
+}
+
+static void flag_value(int i, const char *val)
+{
+	int k;
+
+	for (k = 0; k < flags.n; k++)
+		if (flags.seen[k].idx == i)
+			flags.seen[k].val = val;
+}
+
+const char *cli_flag_of(const char *val)
+{
+	int k;
+
+	for (k = 0; val && k < flags.n; k++)
+		if (flags.seen[k].val == val)
+			return flags.seen[k].name;
+	return NULL;
+}
+
 bool cli_flag(int argc, char **argv, int *i, const char *name,
 	      const char **val)
 {
 	const char *a = argv[*i];
 	size_t n = strlen(name);
+	int at = *i;
 
-	if (strncmp(a, name, n) != 0)
+	if (strncmp(a, name, n) != 0 || (a[n] != '=' && a[n] != '\0'))
+		return false;
+	if (!flag_note(argv, at, name))
 		return false;
 	if (a[n] == '=') {
 		*val = a + n + 1;
-		return true;
-	}
-	if (a[n] != '\0')
-		return false;
-	if (*i + 1 < argc) {
+	} else if (*i + 1 < argc) {
 		*val = argv[++*i];
 	} else {
 		*val = NULL;
 	}
+	flag_value(at, *val);
 	return true;
 }
 
 bool cli_switch(char **argv, int i, const char *name)
 {
-	return strcmp(argv[i], name) == 0;
+	return strcmp(argv[i], name) == 0 && flag_note(argv, i, name);
 }
 
 int cli_missing(const char *cmd, const char *flag)
@@ -74,6 +140,14 @@ int cli_missing(const char *cmd, const char *flag)
 
 int cli_unknown(const char *cmd, const char *arg)
 {
+	size_t n = flags.dup ? strlen(flags.dup) : 0;
+
+	if (flags.dup && strncmp(arg, flags.dup, n) == 0 &&
+	    (arg[n] == '\0' || arg[n] == '='))
+		return cli_usage_error(cmd, "%s: given twice (arguments %d "
+				       "and %d); give each flag once",
+				       flags.dup, flags.dup_first,
+				       flags.dup_again);
 	return cli_usage_error(cmd, "unknown argument '%s' (see dpl %s --help)",
 			       arg, cmd);
 }
@@ -264,87 +338,4 @@ int cli_read_file(const char *cmd, const char *path, char **buf,
 	*buf = b;
 	*len = n;
 	return 0;
-}
-
-int cli_out_open(const char *cmd, const char *path, struct cli_out *o)
-{
-	int fd;
-
-	memset(o, 0, sizeof *o);
-	if (strcmp(path, "-") == 0) {
-		o->f = stdout;
-		return 0;
-	}
-	o->path = strdup(path);
-	o->tmp = malloc(strlen(path) + 16);
-	if (o->path == NULL || o->tmp == NULL) {
-		cli_out_abort(o);
-		return cli_fail(cmd, "out of memory");
-	}
-	sprintf(o->tmp, "%s.tmp.XXXXXX", path);
-	fd = mkstemp(o->tmp);
-	if (fd < 0) {
-		int e = errno;
-
-		free(o->tmp);
-		o->tmp = NULL;
-		cli_out_abort(o);
-		return cli_usage_error(cmd, "%s: %s", path, strerror(e));
-	}
-	/* mkstemp makes 0600; give the file the mode open() would. */
-	{
-		mode_t mask = umask(0);
-
-		umask(mask);
-		if (fchmod(fd, 0666 & ~mask) != 0) {
-			int e = errno;
-
-			close(fd);
-			cli_out_abort(o);
-			return cli_fail(cmd, "%s: %s", path, strerror(e));
-		}
-	}
-	o->f = fdopen(fd, "w");
-	if (o->f == NULL) {
-		close(fd);
-		cli_out_abort(o);
-		return cli_fail(cmd, "%s: %s", path, strerror(errno));
-	}
-	return 0;
-}
-
-int cli_out_commit(const char *cmd, struct cli_out *o)
-{
-	int bad;
-
-	if (o->f == stdout) {
-		if (fflush(stdout) != 0)
-			return cli_fail(cmd, "stdout: %s", strerror(errno));
-		return 0;
-	}
-	bad = fflush(o->f) != 0 || ferror(o->f) || fsync(fileno(o->f)) != 0;
-	if (fclose(o->f) != 0)
-		bad = 1;
-	o->f = NULL;
-	if (bad || rename(o->tmp, o->path) != 0) {
-		int e = errno;
-
-		cli_out_abort(o);
-		return cli_fail(cmd, "writing output: %s", strerror(e));
-	}
-	free(o->tmp);
-	free(o->path);
-	o->tmp = o->path = NULL;
-	return 0;
-}
-
-void cli_out_abort(struct cli_out *o)
-{
-	if (o->f && o->f != stdout)
-		fclose(o->f);
-	if (o->tmp)
-		unlink(o->tmp);
-	free(o->tmp);
-	free(o->path);
-	memset(o, 0, sizeof *o);
 }

@@ -44,8 +44,10 @@ static void usage(FILE *f)
 		"  --format text|json    what to print (default text)\n"
 		"  --out PLAN.json       also write the plan file (read by dpl simulate --plan)\n"
 		"  --trace OUT.json      Chrome trace of the plan's simulated iteration\n\n"
-		"Exit status: 0 planned, 1 no plan fits memory (the message names the stage\n"
-		"and the overflow), 2 bad flags or input.\n",
+		"Every flag is given at most once.\n\n"
+		"Exit status: 0 planned; 1 no plan fits memory (the message names the stage\n"
+		"and the overflow) or an output file could not be written; 2 bad flags or\n"
+		"input, or a refused output path.\n",
 		DPL_DEFAULT_PROFILES_DIR);
 }
 
@@ -274,8 +276,7 @@ static int write_trace(const char *path, const struct dpl_plan *pl)
 	if ((rc = cli_out_open(CMD, path, &o)))
 		goto out;
 	if (dpl_sim_write_trace(sim, o.f, 1000) != 0) {
-		cli_out_abort(&o);
-		rc = cli_fail(CMD, "%s: %s", path, dpl_last_error());
+		rc = cli_out_fail(&o, dpl_last_error());
 		goto out;
 	}
 	rc = cli_out_commit(CMD, &o);
@@ -383,6 +384,9 @@ static int run(int argc, char **argv)
 				       "--microbatch-size: %u is larger than "
 				       "--gbs %u",
 				       p.microbatch_size, p.global_batch);
+	if ((out && (rc = cli_out_check(CMD, out))) ||
+	    (trace && (rc = cli_out_check(CMD, trace))))
+		return rc;
 	if ((rc = load_cluster(cluster, &c)))
 		return rc;
 	if ((rc = load_profile(profile, &prof, &shown)))
@@ -411,8 +415,7 @@ static int run(int argc, char **argv)
 		if ((rc = cli_out_open(CMD, out, &o)))
 			goto done;
 		if (dpl_plan_write_json(r, prof, &c, &p, o.f)) {
-			cli_out_abort(&o);
-			rc = cli_fail(CMD, "%s: %s", out, dpl_last_error());
+			rc = cli_out_fail(&o, dpl_last_error());
 			goto done;
 		}
 		if ((rc = cli_out_commit(CMD, &o)))

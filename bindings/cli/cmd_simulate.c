@@ -34,7 +34,14 @@ static void usage(FILE *f)
 		"timeline. Files appear whole or not at all.\n"
 		"--stage-costs gives per-stage values: {\"stages\": [{\"f\": 1, \"b\": 2,\n"
 		"\"i\": 1, \"w\": 1, \"activation_bytes\": N, \"grad_bytes\": N,\n"
-		"\"param_bytes\": N, \"replicas\": R}, ...]} (every key optional).\n\n");
+		"\"param_bytes\": N, \"replicas\": R}, ...]} (every key optional).\n"
+		"A schedule whose size estimate (compute actions x %u bytes) exceeds\n"
+		"physical memory, RLIMIT_AS or RLIMIT_DATA is refused before it is built.\n"
+		"Every flag is given at most once.\n\n"
+		"Exit status: 0 done; 1 the simulation failed or an output file could\n"
+		"not be written; 2 bad flags, values or input files, a refused output\n"
+		"path, or a schedule too large for memory.\n\n",
+		SCHED_EST_BUILD_BYTES + SCHED_EST_SIM_BYTES);
 	sched_opts_usage(f);
 }
 
@@ -271,10 +278,8 @@ static int write_svg(const char *cmd, const char *path, const dpl_schedule *s,
 	}
 	if ((rc = cli_out_open(cmd, path, &out)))
 		return rc;
-	if (dpl_sim_write_svg(sim, s, out.f, &sp) != 0) {
-		cli_out_abort(&out);
-		return cli_fail(cmd, "%s: %s", path, dpl_last_error());
-	}
+	if (dpl_sim_write_svg(sim, s, out.f, &sp) != 0)
+		return cli_out_fail(&out, dpl_last_error());
 	return cli_out_commit(cmd, &out);
 }
 
@@ -294,6 +299,7 @@ static int run(int argc, char **argv)
 	dpl_sim *sim = NULL;
 	int rc = CLI_OK, i;
 
+	o.uses = SCHED_USE_KNOWN | SCHED_USE_SIM;
 	for (i = 1; i < argc; i++) {
 		int t = sched_opts_take(cmd, &o, argc, argv, &i);
 
@@ -374,6 +380,9 @@ static int run(int argc, char **argv)
 		if (rc)
 			goto done;
 	}
+	if ((trace && (rc = cli_out_check(cmd, trace))) ||
+	    (svg && (rc = cli_out_check(cmd, svg))))
+		goto done;
 	if ((schedule != NULL) + (plan != NULL) +
 		(o.have_stages || o.have_microbatches || o.have_policy) > 1) {
 		rc = cli_usage_error(cmd, "--schedule, --plan and --stages/"
@@ -446,8 +455,7 @@ static int run(int argc, char **argv)
 		if ((rc = cli_out_open(cmd, trace, &out)))
 			goto done;
 		if (dpl_sim_write_trace(sim, out.f, 0) != 0) {
-			cli_out_abort(&out);
-			rc = cli_fail(cmd, "%s: %s", trace, dpl_last_error());
+			rc = cli_out_fail(&out, dpl_last_error());
 			goto done;
 		}
 		if ((rc = cli_out_commit(cmd, &out)))

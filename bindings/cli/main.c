@@ -11,6 +11,7 @@ static const struct dpl_cli_cmd *const commands[] = {
 	&dpl_cli_cmd_simulate,
 	&dpl_cli_cmd_plan,
 	&dpl_cli_cmd_train,
+	&dpl_cli_cmd_info,
 };
 
 #define NCOMMANDS (sizeof commands / sizeof commands[0])
@@ -26,6 +27,15 @@ static void usage(FILE *f)
 		fprintf(f, "  %-10s %s\n", commands[i]->name,
 			commands[i]->summary);
 	fprintf(f, "  %-10s %s\n", "help", "this text, or a command's help");
+	fprintf(f, "\nEvery flag is given at most once. Output files (--out, "
+		   "--trace, --svg):\n"
+		   "a regular file is replaced whole or not at all, a symlink "
+		   "is followed (its\ntarget is replaced), a FIFO or "
+		   "character device is written through, a\ndirectory, block "
+		   "device or socket is refused.\n\n"
+		   "Exit status: 0 done; 1 the work failed (see each command); "
+		   "2 bad flags,\nvalues, input files or output paths; "
+		   "`dpl train` rank processes: 3.\n");
 }
 
 static const struct dpl_cli_cmd *find(const char *name)
@@ -66,6 +76,11 @@ int main(int argc, char **argv)
 		}
 		usage(stdout);
 		return CLI_OK;
+	}
+	if (argc > CLI_MAX_ARGS) {
+		fprintf(stderr, "dpl: %d arguments, more than %d\n", argc,
+			CLI_MAX_ARGS);
+		return CLI_USAGE;
 	}
 	c = find(argv[1]);
 	if (c == NULL) {

@@ -1,6 +1,9 @@
 /* sched_opts.c - the schedule-building flags shared by several commands. */
+#define _POSIX_C_SOURCE 200809L
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
+#include <unistd.h>
 
 #include <dpl/csv.h>
 #include <dpl/json.h>
@@ -227,6 +230,66 @@ int sched_opts_take(const char *cmd, struct sched_opts *o, int argc,
 	return rc ? -rc : 1;
 }
 
+static bool splits_w(enum dpl_policy p)
+{
+	return p == DPL_POLICY_ZB_H1 || p == DPL_POLICY_INTERLEAVED_ZB ||
+	       p == DPL_POLICY_ZBV || p == DPL_POLICY_ZB_H2 ||
+	       p == DPL_POLICY_ZB_AUTO || p == DPL_POLICY_DUALPIPEV;
+}
+
+/* The memory limit in bytes and what sets it. */
+static double memory_limit(const char **what)
+{
+	long pages = sysconf(_SC_PHYS_PAGES), psize = sysconf(_SC_PAGESIZE);
+	double lim = pages > 0 && psize > 0 ? (double)pages * (double)psize
+					    : 1e300;
+	struct rlimit r;
+
+	*what = "physical memory";
+	if (getrlimit(RLIMIT_AS, &r) == 0 && r.rlim_cur != RLIM_INFINITY &&
+	    (double)r.rlim_cur < lim) {
+		lim = (double)r.rlim_cur;
+		*what = "RLIMIT_AS";
+	}
+	if (getrlimit(RLIMIT_DATA, &r) == 0 && r.rlim_cur != RLIM_INFINITY &&
+	    (double)r.rlim_cur < lim) {
+		lim = (double)r.rlim_cur;
+		*what = "RLIMIT_DATA";
+	}
+	return lim;
+}
+
+int sched_estimate(const char *cmd, uint32_t stages, uint32_t microbatches,
+		   enum dpl_policy policy, uint32_t chunks, unsigned uses)
+{
+	uint32_t v = dpl_policy_chunks(policy) == 1 ? (chunks ? chunks : 1)
+		   : dpl_policy_chunks(policy) == 2 ? 2
+						    : 1;
+	double actions = (splits_w(policy) ? 3.0 : 2.0) * stages * v *
+			 microbatches;
+	double per = SCHED_EST_BUILD_BYTES, lim, need;
+	const char *what;
+
+	if (!(uses & SCHED_USE_KNOWN))
+		uses = SCHED_USE_LOWER | SCHED_USE_SIM;
+	if (uses & SCHED_USE_LOWER)
+		per += SCHED_EST_LOWER_BYTES;
+	if (uses & SCHED_USE_SIM)
+		per += SCHED_EST_SIM_BYTES;
+	need = actions * per;
+	lim = memory_limit(&what);
+	if (need <= lim)
+		return CLI_OK;
+	return cli_usage_error(cmd, "--stages %u x --microbatches %u (policy "
+			       "%s) is too large: about %.1f GB for %.0f actions (%.0f "
+			       "bytes each%s%s), more than the %.1f GB of %s",
+			       stages, microbatches, dpl_policy_name(policy),
+			       need / 1e9, actions, per,
+			       uses & SCHED_USE_LOWER ? ", lowered" : "",
+			       uses & SCHED_USE_SIM ? ", simulated" : "",
+			       lim / 1e9, what);
+}
+
 int sched_opts_build(const char *cmd, const struct sched_opts *o,
 		     dpl_schedule **out)
 {
@@ -263,6 +326,9 @@ int sched_opts_build(const char *cmd, const struct sched_opts *o,
 	if (o->cap && o->ncap != o->stages)
 		return cli_usage_error(cmd, "--cap: %zu values for %u stages",
 				       o->ncap, o->stages);
+	if ((rc = sched_estimate(cmd, o->stages, o->microbatches, o->policy,
+				 o->chunks, o->uses)) != 0)
+		return rc;
 	if (o->bytes.cap || o->bytes.act) {
 		cap_bytes = malloc(o->stages * sizeof *cap_bytes);
 		act = malloc(o->stages * sizeof *act);

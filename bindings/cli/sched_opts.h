@@ -43,7 +43,45 @@ struct sched_opts {
 	struct dpl_stage_cost costs; /* --costs F,B[,I,W] */
 	struct sched_bytes bytes;    /* --cap-bytes, --act-bytes */
 	double transfer;             /* --transfer T (zb-auto), 0 = free */
+	unsigned uses;               /* SCHED_USE_*: what the caller does
+					with the built schedule (the size
+					estimate of sched_opts_build) */
 };
+
+/* What a command does with a schedule after building it, for its size
+ * estimate: lower it (sends, receives, REDUCE_GRAD, STEP), simulate it. */
+#define SCHED_USE_LOWER 1u
+#define SCHED_USE_SIM 2u
+/* `uses` is exact; without it the estimate assumes lowering and a
+ * simulation both (the most a command does). */
+#define SCHED_USE_KNOWN 4u
+
+/*
+ * Bytes of memory per compute action (F, B, I, W) of a schedule: its
+ * 12-byte action with the lists' growth, what lowering adds (the sends,
+ * receives and their bookkeeping), and what a simulation keeps per action
+ * (times, events, the timeline). Measured on dpl_schedule_build,
+ * dpl_schedule_lower and dpl_sim_run (peak resident size over compute
+ * actions, 1f1b, zb-h1 and interleaved, 2 to 4 million actions).
+ */
+#define SCHED_EST_BUILD_BYTES 16u
+#define SCHED_EST_LOWER_BYTES 48u
+#define SCHED_EST_SIM_BYTES 128u
+
+/*
+ * sched_estimate - refuse a schedule too large to build before building
+ * it. The compute actions are F and B (and W where the policy splits B)
+ * for every stage chunk and micro-batch: k * S * V * M with k = 2 or 3 and
+ * V the model chunks per rank; the estimate is actions x the bytes above
+ * for `uses` (SCHED_USE_*; without SCHED_USE_KNOWN, lowered and
+ * simulated). The limit is the smallest of physical memory
+ * (sysconf(_SC_PHYS_PAGES) x page size), RLIMIT_AS and RLIMIT_DATA.
+ * CLI_OK when the estimate is under the limit; otherwise CLI_USAGE after
+ * "dpl <cmd>: --stages S x --microbatches M (policy P) is too large:
+ * about N GB for A actions (...), more than the L GB of <limit>". Pure apart from the message.
+ */
+int sched_estimate(const char *cmd, uint32_t stages, uint32_t microbatches,
+		   enum dpl_policy policy, uint32_t chunks, unsigned uses);
 
 /*
  * Consume argv[*i] when it is one of the shared flags: returns 1 when it
@@ -53,8 +91,9 @@ struct sched_opts {
 int sched_opts_take(const char *cmd, struct sched_opts *o, int argc,
 		    char **argv, int *i);
 
-/* Check the combination and build the compute-only schedule. CLI_OK,
- * CLI_USAGE (bad combination, message printed) or CLI_FAIL. */
+/* Check the combination, the size estimate for o->uses (sched_estimate)
+ * and build the compute-only schedule. CLI_OK, CLI_USAGE (bad
+ * combination or too large, message printed) or CLI_FAIL. */
 int sched_opts_build(const char *cmd, const struct sched_opts *o,
 		     dpl_schedule **out);
 
@@ -65,7 +104,7 @@ void sched_opts_free(struct sched_opts *o);
  * per-micro-batch sizes: "--act-bytes" or "--cap-act-bytes"), into b:
  * returns 1 when it was (advancing *i), 0 when not, -CLI_USAGE after the
  * message for a bad value (empty item, not an integer, 0), -CLI_FAIL
- * when out of memory. A flag given twice keeps its last value.
+ * when out of memory. A flag given twice is refused (cli_flag).
  */
 int sched_bytes_take(const char *cmd, const char *act_flag,
 		     struct sched_bytes *b, int argc, char **argv, int *i);

@@ -9,6 +9,7 @@
 #include <dpl/dpl.h>
 
 #include "cli.h"
+#include "sched_opts.h"
 #include "train.h"
 
 void train_usage(FILE *f)
@@ -117,10 +118,15 @@ void train_usage(FILE *f)
 		"iteration\n"
 		"\n"
 		"The relative difference of two weights a, b is |a - b| / "
-		"max(|a|, |b|, 1e-8).\nExit status: 0 done, 1 training failed, "
-		"--check above 1e-5 or a --schedule\nfile that does not "
-		"validate, 2 bad flags or files, 3 (a rank process) stopped\n"
-		"because another rank failed.\n");
+		"max(|a|, |b|, 1e-8).\nEvery flag is given at most once. "
+		"A schedule whose size estimate exceeds\nphysical memory, "
+		"RLIMIT_AS or RLIMIT_DATA is refused before it is built.\n"
+		"Exit status: 0 done; 1 training failed, "
+		"--check above 1e-5, a --schedule\nfile that does not "
+		"validate or the --trace file could not be written; 2 bad\n"
+		"flags or files, a refused --trace path or a schedule too "
+		"large; 3 (a rank\nprocess) stopped because another rank "
+		"failed.\n");
 }
 
 void train_opts_init(struct train_opts *o)
@@ -313,6 +319,12 @@ int train_opts_parse(int argc, char **argv, struct train_opts *o)
 			rc = cli_unknown(CMD, argv[i]);
 		}
 	}
+	if (rc == 0 && o->trace_path)
+		rc = cli_out_check(CMD, o->trace_path);
+	if (rc == 0 && o->schedule_path == NULL && o->plan_path == NULL)
+		rc = sched_estimate(CMD, o->stages, o->microbatches,
+				    o->policy, o->chunks,
+				    SCHED_USE_KNOWN | SCHED_USE_LOWER);
 	return rc;
 }
 

@@ -84,10 +84,8 @@ static int write_trace(const struct train_job *J, struct train_rank *ranks)
 		return rc;
 	}
 	if (dpl_runner_write_traces(rs, J->world, out.f) != 0) {
-		cli_out_abort(&out);
 		free(rs);
-		return cli_fail(CMD, "%s: %s", J->o.trace_path,
-				dpl_last_error());
+		return cli_out_fail(&out, dpl_last_error());
 	}
 	free(rs);
 	return cli_out_commit(CMD, &out);

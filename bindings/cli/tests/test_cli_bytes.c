@@ -169,7 +169,7 @@ Test(cli_bytes, bad_budgets_are_one_line_errors_naming_flag_and_value)
 			const char *const args[] = {
 				cmds[k], "--stages", "4", "--microbatches", "8",
 				"--policy", cases[c].policy, f[0], f[1],
-				f[2] ? f[2] : "--stages", f[2] ? f[3] : "4",
+				f[2] ? f[2] : "--transfer", f[2] ? f[3] : "0",
 				NULL};
 
 			cli_run(r, dir, args);

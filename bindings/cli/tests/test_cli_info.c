@@ -1,0 +1,120 @@
+/*
+ * test_cli_info.c - `dpl info`: it runs, lists the in-process transport
+ * and the host device with their ABI versions and capabilities, and its
+ * --json output parses with every field it documents.
+ */
+#define _GNU_SOURCE
+#include <string.h>
+
+#include <cjson/cJSON.h>
+#include <criterion/criterion.h>
+
+#include "cli_run.h"
+#include "scratch.h"
+
+static char dir[] = "/tmp/dpl-cli-info-XXXXXX";
+
+static void setup(void)
+{
+	scratch_make(dir);
+}
+
+static void teardown(void)
+{
+	scratch_remove(dir);
+}
+
+TestSuite(cli_info, .init = setup, .fini = teardown, .timeout = 60);
+
+Test(cli_info, text_lists_inproc_and_the_libraries)
+{
+	struct cli_res r;
+
+	RUN(&r, "info");
+	cr_assert_eq(r.code, 0, "%s", r.err);
+	cr_assert(strstr(r.out, "transports linked in:"), "%s", r.out);
+	cr_assert(strstr(r.out, "  inproc   abi 2"), "%s", r.out);
+	cr_assert(strstr(r.out, "  host     abi 1"), "%s", r.out);
+	cr_assert(strstr(r.out, "caps peer-failure"), "%s", r.out);
+	for (const char *const *l = (const char *const[]){"ucx", "libfabric",
+							  "cuda", "nccl",
+							  NULL};
+	     *l; l++)
+		cr_assert(strstr(r.out, *l), "no line for %s: %s", *l, r.out);
+	cr_assert(strstr(r.out, "would choose"), "%s", r.out);
+}
+
+static const cJSON *named(const cJSON *arr, const char *key,
+			  const char *name)
+{
+	const cJSON *it;
+
+	cr_assert(cJSON_IsArray(arr));
+	cJSON_ArrayForEach(it, arr)
+	{
+		const cJSON *n = cJSON_GetObjectItemCaseSensitive(it, key);
+
+		if (cJSON_IsString(n) && strcmp(n->valuestring, name) == 0)
+			return it;
+	}
+	return NULL;
+}
+
+Test(cli_info, json_parses_with_its_fields)
+{
+	const cJSON *t, *d, *caps, *libs, *mods, *ch;
+	struct cli_res r;
+	cJSON *root;
+
+	RUN(&r, "info", "--json");
+	cr_assert_eq(r.code, 0, "%s", r.err);
+	root = cJSON_Parse(r.out);
+	cr_assert_not_null(root, "not JSON: %s", r.out);
+	cr_assert(cJSON_IsString(cJSON_GetObjectItem(root, "version")));
+	cr_assert_eq(cJSON_GetObjectItem(root, "transport_abi")->valueint, 2);
+	cr_assert_eq(cJSON_GetObjectItem(root, "device_abi")->valueint, 1);
+	t = named(cJSON_GetObjectItem(root, "transports"), "name", "inproc");
+	cr_assert_not_null(t, "no inproc in %s", r.out);
+	cr_assert_eq(cJSON_GetObjectItem(t, "abi_version")->valueint, 2);
+	cr_assert_gt(cJSON_GetObjectItem(t, "size")->valueint, 0);
+	caps = cJSON_GetObjectItem(t, "caps");
+	cr_assert(cJSON_IsArray(caps) &&
+		      strcmp(cJSON_GetArrayItem(caps, 0)->valuestring,
+			     "peer-failure") == 0,
+		  "inproc caps: %s", r.out);
+	d = named(cJSON_GetObjectItem(root, "devices"), "name", "host");
+	cr_assert_not_null(d, "no host device in %s", r.out);
+	cr_assert_str_eq(cJSON_GetObjectItem(d, "memory")->valuestring, "host");
+	libs = cJSON_GetObjectItem(root, "libraries");
+	cr_assert_eq(cJSON_GetArraySize(libs), 4);
+	for (const char *const *l = (const char *const[]){"ucx", "libfabric",
+							  "cuda", "nccl",
+							  NULL};
+	     *l; l++) {
+		const cJSON *o = named(libs, "name", *l);
+
+		cr_assert_not_null(o, "no library %s", *l);
+		cr_assert(cJSON_HasObjectItem(o, "build") &&
+			      cJSON_HasObjectItem(o, "runtime") &&
+			      cJSON_HasObjectItem(o, "library"),
+			  "library %s lacks a field", *l);
+	}
+	mods = cJSON_GetObjectItem(root, "modules");
+	cr_assert(cJSON_IsArray(mods) && cJSON_GetArraySize(mods) > 0);
+	cr_assert(cJSON_IsBool(cJSON_GetObjectItem(
+	    cJSON_GetArrayItem(mods, 0), "found")));
+	ch = named(cJSON_GetObjectItem(root, "choices"), "transport",
+		   "inproc");
+	cr_assert_not_null(ch, "no choice for inproc");
+	cr_assert(cJSON_IsString(cJSON_GetObjectItem(ch, "choice")));
+	cJSON_Delete(root);
+}
+
+Test(cli_info, bad_flag_is_a_usage_error)
+{
+	struct cli_res r;
+
+	RUN(&r, "info", "--verbose");
+	cr_assert_eq(r.code, 2);
+	cr_assert(strstr(r.err, "unknown argument '--verbose'"), "%s", r.err);
+}
