@@ -1,8 +1,8 @@
 /*
  * launch.c - local multi-process launch for `dpl train --nprocs N`: pick a
  * free loopback port for the rendezvous, fork and exec one process per
- * rank, wait for them with a bound once one failed, and say which rank
- * failed first.
+ * rank with a fresh job secret, wait for them with a bound once one
+ * failed, and say which rank failed first.
  */
 #define _POSIX_C_SOURCE 200809L
 #include <errno.h>
@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <sys/random.h>
 #include <sys/socket.h>
 #include <sys/types.h>
 #include <sys/wait.h>
@@ -165,8 +166,32 @@ int cli_launch_env(const char *cmd, bool *found, uint32_t *rank,
 	return CLI_OK;
 }
 
+/* 32 random bytes as 64 hex digits into hex (65 bytes): the job secret
+ * that the ranks prove to each other (DPL_JOB_SECRET, dpl/bootstrap.h). */
+static int job_secret(char *hex)
+{
+	unsigned char key[32];
+	size_t got = 0;
+	int tries;
+
+	for (tries = 0; got < sizeof key && tries < 64; tries++) {
+		ssize_t k = getrandom(key + got, sizeof key - got, 0);
+
+		if (k > 0)
+			got += (size_t)k;
+		else if (k < 0 && errno != EINTR)
+			return -1;
+	}
+	if (got < sizeof key)
+		return -1;
+	for (got = 0; got < sizeof key; got++)
+		snprintf(hex + 2 * got, 3, "%02x", key[got]);
+	return 0;
+}
+
 static void child(const struct cli_launch *p, const char *exe,
-		  uint32_t rank, unsigned port, pid_t parent)
+		  uint32_t rank, unsigned port, pid_t parent,
+		  const char *secret)
 {
 	char v[64];
 
@@ -180,6 +205,8 @@ static void child(const struct cli_launch *p, const char *exe,
 	setenv("DPL_WORLD_SIZE", v, 1);
 	snprintf(v, sizeof v, "127.0.0.1:%u", port);
 	setenv("DPL_ROOT", v, 1);
+	/* A fresh secret per job: only its own ranks join its rendezvous. */
+	setenv("DPL_JOB_SECRET", secret, 1);
 	/* Loopback only, unless the user chose otherwise. */
 	setenv("UCX_NET_DEVICES", "lo", 0);
 	setenv("FI_TCP_IFACE", "lo", 0);
@@ -199,12 +226,16 @@ static int write_pid(const char *cmd, const char *dir, uint32_t rank,
 
 	snprintf(path, sizeof path, "%s/rank-%u.pid", dir, rank);
 	f = fopen(path, "w");
-	if (f == NULL || fprintf(f, "%ld\n", (long)pid) < 0 || fclose(f)) {
-		if (f)
-			fclose(f);
-		return cli_fail(cmd, "--pid-file %s: %s", path,
-				strerror(errno));
+	if (f != NULL) {
+		bool bad = fprintf(f, "%ld\n", (long)pid) < 0;
+
+		/* fclose always releases the stream, also when it fails. */
+		if (fclose(f) != 0 || bad)
+			f = NULL;
 	}
+	if (f == NULL)
+		return cli_fail(cmd, "--pid-dir %s: %s: %s", dir, path,
+				strerror(errno));
 	return 0;
 }
 
@@ -274,7 +305,7 @@ int cli_launch_run(const char *cmd, const struct cli_launch *p)
 	static const int stops[3] = {SIGINT, SIGTERM, SIGHUP};
 	struct sigaction sa, old[3];
 	bool forwarded = false;
-	char why[128], exe[4096];
+	char why[128], exe[4096], secret[65];
 	pid_t self = getpid();
 	ssize_t n;
 
@@ -288,6 +319,11 @@ int cli_launch_run(const char *cmd, const struct cli_launch *p)
 		return cli_fail(cmd, "/proc/self/exe: %s", strerror(errno));
 	}
 	exe[n] = '\0';
+	if (job_secret(secret) != 0) {
+		free(c);
+		return cli_fail(cmd, "no random bytes for the job secret: %s",
+				strerror(errno));
+	}
 	if (free_port(&port) != 0) {
 		free(c);
 		return cli_fail(cmd, "no free port on 127.0.0.1: %s",
@@ -297,7 +333,7 @@ int cli_launch_run(const char *cmd, const struct cli_launch *p)
 	for (i = 0; i < p->nprocs; i++) {
 		c[i].pid = fork();
 		if (c[i].pid == 0)
-			child(p, exe, i, port, self);
+			child(p, exe, i, port, self, secret);
 		if (c[i].pid < 0) {
 			rc = cli_fail(cmd, "cannot start rank %u: %s", i,
 				      strerror(errno));

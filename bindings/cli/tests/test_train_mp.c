@@ -609,3 +609,20 @@ Test(train_mp, bad_flags, .timeout = 60)
 		    "--trace needs all ranks in one process");
 	usage_error("train --stages 2 --nprocs 0", NULL, "--nprocs");
 }
+
+/* A --pid-dir that cannot hold the files is named, with the file. */
+Test(train_mp, a_missing_pid_dir_is_named, .timeout = 60)
+{
+	struct run r;
+
+	start(&r, "train --stages 2 --nprocs 2 --transport shm --iterations 1 "
+		  "--pid-dir /nonexistent-dpl-dir", NULL);
+	finish(&r, 30);
+	cr_assert_neq(r.status, 0, "exit %d", r.status);
+	cr_assert_not_null(strstr(r.err, "--pid-dir /nonexistent-dpl-dir: "
+					 "/nonexistent-dpl-dir/rank-0.pid: "
+					 "No such file or directory"),
+			   "%s", r.err);
+	cr_assert_null(strstr(r.err, "--pid-file"), "%s", r.err);
+	run_done(&r);
+}

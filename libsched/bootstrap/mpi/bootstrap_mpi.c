@@ -1,15 +1,17 @@
 /*
  * bootstrap_mpi.c - the root of dpl's TCP rendezvous agreed over an MPI
  * communicator (dpl/bootstrap_mpi.h): rank 0 picks a free port on the
- * root host and broadcasts the address, or the reason it could not.
+ * root host and a job secret, and broadcasts both, or the reason it
+ * could not.
  */
-#define _POSIX_C_SOURCE 200809L
+#define _GNU_SOURCE
 #include <errno.h>
 #include <netdb.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -20,7 +22,38 @@ struct verdict {
 	int32_t code;
 	char root[DPL_BOOTSTRAP_MPI_ROOT_MAX];
 	char msg[400];
+	char secret[1025]; /* DPL_JOB_SECRET for every rank */
 };
+
+/* Rank 0: its DPL_JOB_SECRET, else 64 hex digits of getrandom(). */
+static void pick_secret(struct verdict *v)
+{
+	const char *s = getenv("DPL_JOB_SECRET");
+	unsigned char key[32];
+	size_t got = 0, i;
+	int tries;
+
+	if (s != NULL && strlen(s) < sizeof v->secret) {
+		memcpy(v->secret, s, strlen(s) + 1);
+		return;
+	}
+	for (tries = 0; got < sizeof key && tries < 64; tries++) {
+		ssize_t k = getrandom(key + got, sizeof key - got, 0);
+
+		if (k > 0)
+			got += (size_t)k;
+		else if (k < 0 && errno != EINTR)
+			break;
+	}
+	if (got < sizeof key) {
+		v->code = DPL_EIO;
+		snprintf(v->msg, sizeof v->msg, "bootstrap over MPI: no random "
+			 "bytes for the job secret: %s", strerror(errno));
+		return;
+	}
+	for (i = 0; i < sizeof key; i++)
+		snprintf(v->secret + 2 * i, 3, "%02x", key[i]);
+}
 
 static int mpi_error(int mrc, const char *what)
 {
@@ -135,6 +168,8 @@ int dpl_bootstrap_mpi_root(MPI_Comm comm, const char *host, char *root,
 			host = name;
 		}
 		pick(host, v);
+		if (v->code == 0)
+			pick_secret(v);
 	}
 	mrc = MPI_Bcast(v, (int)sizeof *v, MPI_BYTE, 0, comm);
 	if (mrc != MPI_SUCCESS) {
@@ -151,11 +186,16 @@ int dpl_bootstrap_mpi_root(MPI_Comm comm, const char *host, char *root,
 				   v->root, strlen(v->root) + 1, size);
 	else
 		rc = 0;
+	v->secret[sizeof v->secret - 1] = '\0';
+	if (rc == 0 && setenv("DPL_JOB_SECRET", v->secret, 1) != 0)
+		rc = dpl_set_error(DPL_ENOMEM, "bootstrap over MPI: cannot set "
+				   "DPL_JOB_SECRET: %s", strerror(errno));
 	if (rc == 0) {
 		memcpy(root, v->root, strlen(v->root) + 1);
 		*rank = (uint32_t)me;
 		*world_size = (uint32_t)n;
 	}
+	memset(v->secret, 0, sizeof v->secret);
 	free(v);
 	return rc;
 }

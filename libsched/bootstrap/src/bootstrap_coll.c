@@ -117,10 +117,10 @@ static int root_gather(dpl_bootstrap *b, const void *mine, size_t len,
 				goto fail;
 			}
 			if (h.b != 0) {
-				rc = dpl_set_error(-(int)h.b, "bootstrap: rank %u "
-						"failed in collective %u: %s",
-						r, seq,
-						dpl_strerror(-(int)h.b));
+				rc = dpl_set_error(dpl__bs_code(h.b),
+						"bootstrap: rank %u failed in "
+						"collective %u: %s", r, seq,
+						dpl_strerror(dpl__bs_code(h.b)));
 				goto fail;
 			}
 			if (h.len != len) {
@@ -201,7 +201,7 @@ static int leaf_gather(dpl_bootstrap *b, const void *mine, size_t len,
 		return broke(b, dpl_set_error(rc, "bootstrap: collective %u with "
 					   "rank 0: %s", seq, strerror(errno)));
 	if (h.type == BS_ABORT) {
-		int code = -(int)h.a;
+		int code = dpl__bs_code(h.a);
 		unsigned char dead[4];
 
 		if (h.len < 4 ||

@@ -8,6 +8,7 @@
 #include <netdb.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -15,6 +16,8 @@
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
+
+#include <openssl/crypto.h>
 
 #include "bootstrap_internal.h"
 
@@ -73,41 +76,6 @@ static int listen_root(dpl_bootstrap *b, int *lfd_out)
 	return 0;
 }
 
-/* "ranks 2, 3, 7 never arrived" style list of ranks without a mark. */
-void dpl__bs_list_missing(const dpl_bootstrap *b, const bool *have,
-			  char *out, size_t size)
-{
-	size_t used = 0;
-	uint32_t r, n = 0;
-
-	out[0] = '\0';
-	for (r = 1; r < b->world; r++) {
-		int k;
-
-		if (have[r])
-			continue;
-		if (n == 16) {
-			snprintf(out + used, size - used, ", ...");
-			break;
-		}
-		k = snprintf(out + used, size - used, "%s%u", n ? ", " : "",
-			     r);
-		if (k < 0 || (size_t)k >= size - used)
-			break;
-		used += (size_t)k;
-		n++;
-	}
-}
-
-uint32_t dpl__bs_count_missing(const dpl_bootstrap *b, const bool *have)
-{
-	uint32_t r, n = 0;
-
-	for (r = 1; r < b->world; r++)
-		n += !have[r];
-	return n;
-}
-
 /* Tell every connected rank why the rendezvous failed, then close. */
 static void reject_all(dpl_bootstrap *b, int code)
 {
@@ -122,81 +90,210 @@ static void reject_all(dpl_bootstrap *b, int code)
 					 0, msg, len, deadline);
 }
 
-/*
- * A new connection said HELLO (or not). Returns 0 when it joined,
- * > 0 when it was turned away (the rendezvous goes on), or a negative
- * code that fails the rendezvous.
- */
-static int admit(dpl_bootstrap *b, int fd, uint64_t deadline)
+/* Say no to a connection (REJECT with msg) and close it. */
+static void turn_away(struct bs_conn *c, int code, const char *msg)
 {
-	uint64_t hello_deadline = dpl__bs_now_ms() + BS_HELLO_MS;
-	struct bs_hdr h;
-	char msg[BS_MSG_MAX];
-	int rc;
+	dpl__bs_send_msg(c->fd, BS_REJECT, (uint32_t)-code, 0, msg,
+			 (uint32_t)strnlen(msg, BS_MSG_MAX),
+			 dpl__bs_now_ms() + 200);
+	dpl__bs_close_fd(&c->fd);
+}
 
-	if (hello_deadline > deadline)
-		hello_deadline = deadline;
-	rc = dpl__bs_recv_hdr(fd, &h, hello_deadline);
-	if (rc != 0 || h.type != BS_HELLO || h.len != 0) {
-		close(fd);
-		return 1; /* not one of ours, or too slow: ignore */
-	}
-	if (h.b != b->world) {
+/*
+ * An authenticated connection: admit it, or turn it away. Returns 0
+ * (the rendezvous goes on) or a negative code that fails it.
+ */
+static int admit(dpl_bootstrap *b, struct bs_conn *c)
+{
+	char msg[BS_MSG_MAX];
+	uint32_t r = c->rank;
+	bool range = r == 0 || r >= b->world;
+
+	if (c->world != b->world) {
 		snprintf(msg, sizeof msg, "bootstrap: rank %u says the world "
-			 "has %u ranks, rank 0 says %u", h.a, h.b, b->world);
-		dpl__bs_send_msg(fd, BS_REJECT, (uint32_t)-DPL_EINVAL, 0, msg,
-				 (uint32_t)strlen(msg), dpl__bs_now_ms() + 200);
-		close(fd);
+			 "has %u ranks, rank 0 says %u", r, c->world, b->world);
+		turn_away(c, DPL_EINVAL, msg);
 		return dpl_set_error(DPL_EINVAL, "%s", msg);
 	}
-	if (h.a == 0 || h.a >= b->world || b->fd[h.a] >= 0) {
-		bool range = h.a == 0 || h.a >= b->world;
-
-		snprintf(msg, sizeof msg, "bootstrap: rank %u %s", h.a,
+	if (range || b->fd[r] >= 0) {
+		snprintf(msg, sizeof msg, "bootstrap: rank %u %s", r,
 			 range ? "is out of range"
 			       : "arrived twice; the second one is turned "
 				 "away");
-		dpl__bs_send_msg(fd, BS_REJECT,
-				 (uint32_t)-(range ? DPL_EINVAL : DPL_EBUSY), 0,
-				 msg, (uint32_t)strlen(msg),
-				 dpl__bs_now_ms() + 200);
-		close(fd);
-		return 1;
+		dpl__bs_refused(b, c, msg);
+		turn_away(c, range ? DPL_EINVAL : DPL_EBUSY, msg);
+		return 0;
 	}
-	dpl__bs_tune(fd);
-	b->fd[h.a] = fd;
+	dpl__bs_tune(c->fd);
+	b->fd[r] = c->fd;
+	c->fd = -1;
+	return 0;
+}
+
+/*
+ * Rank r, admitted, spoke or closed before the welcome: it gave up
+ * (LEAVE: its timeout passed first) or it died. Returns the error.
+ */
+static int lost_rank(dpl_bootstrap *b, uint32_t r, bool *have)
+{
+	char msg[BS_MSG_MAX + 1], tail[BS_MSG_MAX + 64];
+	struct bs_hdr h;
+	int rc;
+
+	rc = dpl__bs_recv_hdr(b->fd[r], &h, dpl__bs_now_ms() + 100);
+	if (rc == DPL_EPEER) {
+		dpl__bs_close_fd(&b->fd[r]);
+		return dpl_set_error(DPL_EPEER, "bootstrap: rank %u died during "
+				  "the rendezvous", r);
+	}
+	if (rc == 0 && h.type == BS_LEAVE &&
+	    dpl__bs_recv_text(b->fd[r], h.len, msg, sizeof msg,
+			      dpl__bs_now_ms() + 100) == 0) {
+		if (dpl__bs_code(h.a) == DPL_ETIMEDOUT)
+			snprintf(tail, sizeof tail, " (rank %u stopped waiting "
+				 "first: its timeout passed)", r);
+		else
+			snprintf(tail, sizeof tail, " (rank %u stopped waiting "
+				 "first: %s)", r, msg);
+		if (dpl__bs_count_missing(b, have) == 0)
+			return dpl_set_error(DPL_ETIMEDOUT, "bootstrap:%s", tail);
+		return dpl__bs_missing_error(b, have, DPL_ETIMEDOUT, tail);
+	}
+	return dpl_set_error(DPL_EIO, "bootstrap: rank %u broke the "
+			  "rendezvous protocol (message type %u before the "
+			  "welcome)", r, rc == 0 ? h.type : 0);
+}
+
+/* Drop pending connection i (closing it), keeping the others. */
+static void drop_conn(struct bs_conn *conn, unsigned *n, unsigned i)
+{
+	dpl__bs_close_fd(&conn[i].fd);
+	conn[i] = conn[--*n];
+}
+
+/* Warn once per process that a job without a secret admits anyone. */
+static void warn_no_secret(const dpl_bootstrap *b)
+{
+	static atomic_int warned;
+
+	if (b->keylen > 0 || b->world < 2 || atomic_exchange(&warned, 1))
+		return;
+	fprintf(stderr, "dpl bootstrap: warning: DPL_JOB_SECRET is not set; "
+		"the rendezvous at %s%s%s:%u admits any process that can "
+		"reach it (dpl train --nprocs and python -m dpl.run set "
+		"one)\n", b->v6 ? "[" : "", b->host, b->v6 ? "]" : "",
+		b->port);
+}
+
+/* Take new connections into free handshake slots (the oldest handshake
+ * makes room when all are taken). */
+static void take_new(dpl_bootstrap *b, int lfd, struct bs_conn *conn,
+		     unsigned *n)
+{
+	unsigned k, i, old;
+
+	for (k = 0; k < BS_PENDING_MAX; k++) {
+		int fd = accept4(lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+
+		if (fd < 0)
+			return; /* EAGAIN, ECONNABORTED, EMFILE */
+		if (*n == BS_PENDING_MAX) {
+			for (old = 0, i = 1; i < *n; i++)
+				if (conn[i].deadline < conn[old].deadline)
+					old = i;
+			dpl__bs_refused(b, &conn[old], "too many connections "
+					"in their handshake at once; the "
+					"oldest makes room");
+			drop_conn(conn, n, old);
+		}
+		dpl__bs_conn_start(&conn[(*n)++], fd,
+				   dpl__bs_now_ms() + BS_HANDSHAKE_MS);
+	}
+}
+
+/* Move every pending handshake on; admit those that proved the secret.
+ * pfd[i] is conn[i]'s. Returns 0 or the code that fails the rendezvous. */
+static int step_conns(dpl_bootstrap *b, struct bs_conn *conn, unsigned *n,
+		      const struct pollfd *pfd, bool *have)
+{
+	uint64_t now = dpl__bs_now_ms();
+	char why[BS_MSG_MAX];
+	unsigned i;
+	uint32_t r;
+	int st, rc;
+
+	for (i = *n; i-- > 0;) {
+		if (pfd[i].revents != 0) {
+			st = dpl__bs_conn_step(b, &conn[i], why, sizeof why);
+		} else if (now >= conn[i].deadline) {
+			st = BS_STEP_REFUSE;
+			conn[i].note = BS_NOTE_SILENT;
+			snprintf(why, sizeof why, "%s within %u ms",
+				 conn[i].state == BS_C_HELLO
+					 ? "said no HELLO"
+					 : "did not answer the challenge",
+				 BS_HANDSHAKE_MS);
+		} else {
+			continue;
+		}
+		if (st == BS_STEP_MORE)
+			continue;
+		if (st == BS_STEP_REFUSE) {
+			dpl__bs_refused(b, &conn[i], why);
+		} else {
+			rc = admit(b, &conn[i]);
+			if (rc < 0)
+				return rc;
+			for (r = 1; r < b->world; r++)
+				have[r] = b->fd[r] >= 0;
+		}
+		drop_conn(conn, n, i);
+	}
 	return 0;
 }
 
 static int root_rendezvous(dpl_bootstrap *b, uint64_t deadline)
 {
 	struct pollfd *pfd;
+	struct bs_conn *conn;
 	bool *have;
+	unsigned nconn = 0, i;
 	int lfd = -1, rc = 0;
 	uint32_t r;
-	char list[160];
 
 	rc = listen_root(b, &lfd);
 	if (rc != 0)
 		return rc;
-	pfd = calloc(b->world, sizeof *pfd);
+	warn_no_secret(b);
+	pfd = calloc(b->world + BS_PENDING_MAX, sizeof *pfd);
 	have = calloc(b->world, sizeof *have);
-	if (pfd == NULL || have == NULL) {
+	conn = calloc(BS_PENDING_MAX, sizeof *conn);
+	b->note = calloc(b->world, 1);
+	b->logged = 0;
+	if (pfd == NULL || have == NULL || conn == NULL || b->note == NULL) {
 		rc = dpl_set_error(DPL_ENOMEM, "bootstrap: out of memory");
 		goto out;
 	}
 	have[0] = true;
 	while (dpl__bs_count_missing(b, have) > 0) {
-		nfds_t n = 0;
+		uint64_t wake = deadline;
+		nfds_t n = 0, base;
 		int k;
 
-		/* The listener, and every rank that arrived: one of those
-		 * dying during the rendezvous fails it at once. */
+		/* The listener, every rank that arrived (one of those dying
+		 * or leaving fails the rendezvous at once) and every
+		 * connection in its handshake. */
 		pfd[n++] = (struct pollfd){lfd, POLLIN, 0};
 		for (r = 1; r < b->world; r++)
 			if (have[r])
 				pfd[n++] = (struct pollfd){b->fd[r], POLLIN, 0};
-		k = poll(pfd, n, dpl__bs_left_ms(deadline));
+		base = n;
+		for (i = 0; i < nconn; i++) {
+			pfd[n++] = (struct pollfd){conn[i].fd, POLLIN, 0};
+			if (conn[i].deadline < wake)
+				wake = conn[i].deadline;
+		}
+		k = poll(pfd, n, dpl__bs_left_ms(wake));
 		if (k < 0 && errno == EINTR)
 			continue;
 		if (k < 0) {
@@ -204,40 +301,27 @@ static int root_rendezvous(dpl_bootstrap *b, uint64_t deadline)
 					strerror(errno));
 			goto fail;
 		}
-		if (k == 0) {
-			dpl__bs_list_missing(b, have, list, sizeof list);
-			rc = dpl_set_error(DPL_ETIMEDOUT, "bootstrap: rank%s %s "
-					"never arrived at %s%s%s:%u within %u "
-					"ms",
-					dpl__bs_count_missing(b, have) > 1
-						? "s"
-						: "",
-					list, b->v6 ? "[" : "", b->host,
-					b->v6 ? "]" : "", b->port,
-					b->timeout_ms);
+		if (dpl__bs_left_ms(deadline) == 0) {
+			rc = dpl__bs_missing_error(b, have, DPL_ETIMEDOUT, "");
 			goto fail;
 		}
-		for (r = 1; r < b->world; r++)
-			if (have[r] && dpl__bs_peer_gone(b->fd[r])) {
-				dpl__bs_close_fd(&b->fd[r]);
-				rc = dpl_set_error(DPL_EPEER, "bootstrap: rank %u "
-						"died during the rendezvous",
-						r);
+		for (n = 1, r = 1; r < b->world; r++) {
+			if (!have[r])
+				continue;
+			if (pfd[n++].revents != 0) {
+				rc = lost_rank(b, r, have);
 				goto fail;
 			}
-		if (pfd[0].revents & POLLIN) {
-			int fd = accept4(lfd, NULL, NULL,
-					 SOCK_NONBLOCK | SOCK_CLOEXEC);
-
-			if (fd < 0)
-				continue; /* EAGAIN, ECONNABORTED, EMFILE */
-			rc = admit(b, fd, deadline);
-			if (rc < 0)
-				goto fail;
-			for (r = 1; r < b->world; r++)
-				have[r] = b->fd[r] >= 0;
 		}
+		rc = step_conns(b, conn, &nconn, pfd + base, have);
+		if (rc != 0)
+			goto fail;
+		if (pfd[0].revents & POLLIN)
+			take_new(b, lfd, conn, &nconn);
 	}
+	for (i = 0; i < nconn; i++)
+		dpl__bs_refused(b, &conn[i], "the rendezvous completed before "
+				"its handshake");
 	for (r = 1; r < b->world; r++) {
 		rc = dpl__bs_send_msg(b->fd[r], BS_WELCOME, b->world, 0, NULL,
 				      0, deadline);
@@ -255,10 +339,19 @@ static int root_rendezvous(dpl_bootstrap *b, uint64_t deadline)
 	goto out;
 fail:
 	reject_all(b, rc);
+	/* A rank still in its handshake learns the cause too (what a
+	 * stranger learns from it: which rank failed). */
+	for (i = 0; i < nconn; i++)
+		turn_away(&conn[i], rc, dpl_last_error());
 out:
+	while (nconn > 0)
+		drop_conn(conn, &nconn, nconn - 1);
 	dpl__bs_close_fd(&lfd);
 	free(pfd);
 	free(have);
+	free(conn);
+	free(b->note);
+	b->note = NULL;
 	return rc;
 }
 
@@ -304,20 +397,28 @@ fail:
 static int join_root(dpl_bootstrap *b, uint64_t deadline)
 {
 	struct addrinfo *ai, *a;
-	struct bs_hdr h;
-	char msg[BS_MSG_MAX + 1];
-	int fd = -1, err = 0, rc;
+	int fd = -1, err = 0, rc = 1;
 
 	rc = dpl__bs_resolve(b->host, b->port, &ai);
 	if (rc != 0)
 		return rc;
-	while (fd < 0) {
+	/* Connect until rank 0 takes the connection and challenges it;
+	 * one it closes before that (a full handshake queue) is retried. */
+	for (rc = 1; rc == 1;) {
 		for (a = ai; a != NULL && fd < 0; a = a->ai_next) {
 			fd = try_connect(a, deadline);
 			if (fd < 0)
 				err = errno;
 		}
-		if (fd >= 0 || dpl__bs_left_ms(deadline) == 0)
+		if (fd >= 0) {
+			dpl__bs_tune(fd);
+			rc = dpl__bs_join_handshake(b, fd, deadline);
+			if (rc != 1)
+				break;
+			dpl__bs_close_fd(&fd);
+			err = ECONNRESET;
+		}
+		if (dpl__bs_left_ms(deadline) == 0)
 			break;
 		sleep_ms(dpl__bs_left_ms(deadline) < BS_RETRY_MS
 				 ? dpl__bs_left_ms(deadline)
@@ -330,34 +431,8 @@ static int join_root(dpl_bootstrap *b, uint64_t deadline)
 				  "ms (last error: %s)", b->v6 ? "[" : "",
 				  b->host, b->v6 ? "]" : "", b->port, b->rank,
 				  b->timeout_ms, strerror(err));
-	dpl__bs_tune(fd);
 	b->fd[0] = fd;
-	rc = dpl__bs_send_msg(fd, BS_HELLO, b->rank, b->world, NULL, 0,
-			      deadline);
-	rc = dpl__bs_recv_verdict(fd, rc, &h, BS_REJECT, deadline);
-	if (rc == DPL_ETIMEDOUT)
-		return dpl_set_error(rc, "bootstrap: rank 0 did not complete the "
-				  "rendezvous within %u ms (rank %u waited)",
-				  b->timeout_ms, b->rank);
-	if (rc == DPL_EPEER)
-		return dpl_set_error(rc, "bootstrap: rank 0 closed the "
-				  "connection during the rendezvous");
-	if (rc != 0)
-		return dpl_set_error(rc, "bootstrap: rendezvous with rank 0: %s",
-				  strerror(errno));
-	if (h.type == BS_REJECT) {
-		int code = -(int)h.a;
-
-		if (dpl__bs_recv_text(fd, h.len, msg, sizeof msg,
-				      deadline) != 0)
-			snprintf(msg, sizeof msg, "(no reason given)");
-		return dpl_set_error(code < 0 ? code : DPL_EIO,
-				  "%s (reported by rank 0)", msg);
-	}
-	if (h.type != BS_WELCOME || h.a != b->world || h.len != 0)
-		return dpl_set_error(DPL_EIO, "bootstrap: rank 0 answered with "
-				  "message type %u, not the welcome", h.type);
-	return 0;
+	return rc;
 }
 
 /* ---- open / close ---------------------------------------------------- */
@@ -405,6 +480,9 @@ int dpl_bootstrap_open(const struct dpl_bootstrap_params *p,
 	b->rank = p->rank;
 	b->world = p->world_size;
 	b->timeout_ms = p->timeout_ms ? p->timeout_ms : BS_DEFAULT_TIMEOUT_MS;
+	rc = dpl__bs_load_secret(b);
+	if (rc != 0)
+		goto fail;
 	b->fd = malloc((size_t)b->world * sizeof *b->fd);
 	if (b->fd == NULL) {
 		rc = dpl_set_error(DPL_ENOMEM, "bootstrap: out of memory");
@@ -436,6 +514,7 @@ void dpl_bootstrap_close(dpl_bootstrap *b)
 		for (r = 0; r < b->world; r++)
 			dpl__bs_close_fd(&b->fd[r]);
 	free(b->fd);
+	OPENSSL_cleanse(b->key, sizeof b->key);
 	free(b);
 }
 

@@ -8,8 +8,10 @@ Command line::
     python -m dpl.run -n N [--transport NAME] [--timeout S] [--bind B] -m module [args...]
 
 starts N processes of ``sys.executable script.py args`` (or ``-m module``)
-with ``DPL_RANK``, ``DPL_WORLD_SIZE``, ``DPL_ROOT=127.0.0.1:<free port>``
-and, with ``--transport``, ``DPL_TRANSPORT`` in their environment (so
+with ``DPL_RANK``, ``DPL_WORLD_SIZE``, ``DPL_ROOT=127.0.0.1:<free port>``,
+``DPL_JOB_SECRET`` (64 fresh random hex digits per job, which every rank
+proves to rank 0 at the rendezvous, see ``dpl/bootstrap.h``) and, with
+``--transport``, ``DPL_TRANSPORT`` in their environment (so
 ``dpl.world.current()`` meets over dpl's bootstrap and
 ``Transport.open`` picks that transport), and waits for them. Once a rank
 fails the others get ``--timeout`` seconds (default 30) to exit, then are
@@ -36,6 +38,7 @@ import ctypes
 import json
 import os
 import re
+import secrets
 import shutil
 import signal
 import socket
@@ -275,6 +278,8 @@ def launch(n: int, argv: Sequence[str], env: dict[str, str] | None = None,
 
     Rank ``r`` gets ``env`` (default: this process's environment) plus
     ``DPL_RANK=r``, ``DPL_WORLD_SIZE=n``, ``DPL_ROOT=127.0.0.1:<free port>``,
+    ``DPL_JOB_SECRET`` (``secrets.token_hex(32)``, fresh for each call and
+    replacing one in ``env``: only this job's ranks join its rendezvous),
     ``DPL_TRANSPORT=transport`` when given, and ``UCX_NET_DEVICES=lo``,
     ``FI_TCP_IFACE=lo``, ``UCX_LOG_FILE=stderr`` unless set. Each rank runs
     in its own process group and dies with the launcher; with ``bind``
@@ -299,7 +304,8 @@ def launch(n: int, argv: Sequence[str], env: dict[str, str] | None = None,
         base.setdefault(k, v)
     if transport:
         base["DPL_TRANSPORT"] = transport
-    base.update(DPL_WORLD_SIZE=str(n), DPL_ROOT=f"127.0.0.1:{_free_port()}")
+    base.update(DPL_WORLD_SIZE=str(n), DPL_ROOT=f"127.0.0.1:{_free_port()}",
+                DPL_JOB_SECRET=secrets.token_hex(32))
     run_dir = tempfile.mkdtemp(prefix="dpl-run-")
     base["DPL_RUN_DIR"] = run_dir
     caught: list[int] = []

@@ -18,6 +18,36 @@
  * variables dpl listens on MASTER_PORT + 1, because torchrun's agent (or
  * torch.distributed's store) already holds MASTER_PORT itself.
  *
+ * The job secret: every rank reads DPL_JOB_SECRET (16..1024 bytes; `dpl
+ * train --nprocs` and `python -m dpl.run` put 64 fresh random hex digits
+ * there for each job, as a per-job unique id). A joining rank and rank 0
+ * each prove that they hold it without sending it: fresh nonces from
+ * both sides, answered with HMAC-SHA256 keyed by the secret over the
+ * nonces, the rank, the world size and a protocol label (OpenSSL's
+ * libcrypto, compared in constant time). Rank 0 admits only ranks that
+ * prove it, and a rank trusts only a rank 0 that proves it, so a stray
+ * listener cannot collect the job's ranks. A connection that fails (not
+ * dpl's protocol, silent for 2 s, a wrong proof, a rank that is already
+ * there) is refused, logged on rank 0's stderr in one line naming the
+ * peer's address and the reason, and the rendezvous goes on until its
+ * timeout; rank 0 runs many handshakes at once and waits on none.
+ * Without DPL_JOB_SECRET the rendezvous works as NCCL's and
+ * torch.distributed's stores do, admitting any process that reaches the
+ * port, and rank 0 says so once per process on stderr (for a world of
+ * more than one rank); set the same secret on every rank (torchrun and
+ * hand-made launches; under mpirun dpl_bootstrap_mpi_root() sets it) to
+ * close it. A secret on some ranks and
+ * not on others fails the rendezvous with an error that says so.
+ *
+ * Blame: rank 0 owns the verdict of the rendezvous. A rank that dies
+ * before it connects or during its handshake is named by rank 0 as one
+ * that never arrived (with what became of a connection that claimed it),
+ * and rank 0 sends that cause to every rank that arrived; a rank that was
+ * admitted and dies is named as dead. A connected rank waits up to 1 s
+ * past its timeout for rank 0's verdict, and a rank whose timeout passes
+ * first tells rank 0 that it stopped waiting, so that it is not taken for
+ * dead.
+ *
  * Liveness: the channel stays open until close. A peer whose process
  * dies closes its socket; the next collective then fails with DPL_EPEER
  * naming it, and dpl_bootstrap_check() reports it without blocking.
@@ -51,10 +81,13 @@ typedef struct dpl_bootstrap dpl_bootstrap;
 
 /*
  * dpl_bootstrap_open - meet the other ranks. Blocks until all world_size
- * ranks have connected or timeout_ms passes. Rank 0 binds root (loopback
- * or the given host only, never a wildcard address unless asked with
- * "0.0.0.0"). On success *out owns the handle.
- * Errors: DPL_EINVAL (rank, world size or root malformed, named),
+ * ranks have connected or timeout_ms passes (a rank other than 0 that
+ * has connected waits at most 1 s more for rank 0's verdict). Rank 0
+ * binds root (loopback or the given host only, never a wildcard address
+ * unless asked with "0.0.0.0"). Reads DPL_JOB_SECRET (see above). On
+ * success *out owns the handle.
+ * Errors: DPL_EINVAL (rank, world size, root or DPL_JOB_SECRET's length
+ * malformed, named; rank 0 did not prove the job secret),
  * DPL_ETIMEDOUT ("ranks 2, 3 never arrived" / "root 127.0.0.1:29500 did
  * not answer"), DPL_EBUSY (a rank arrived twice), DPL_EIO (socket
  * errors, with errno's text), DPL_ENOMEM.

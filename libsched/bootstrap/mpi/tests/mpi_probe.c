@@ -2,12 +2,14 @@
  * mpi_probe.c - one rank of the MPI rendezvous tests (test_mpi.c starts
  * it under mpirun). Prints one line per rank:
  *   open:      dpl_bootstrap_open_mpi, then an allgather of rank * 7:
- *              "rank R world W root ROOT gather ok|bad"
+ *              "rank R world W root ROOT gather ok|bad secret S"
+ *              (S: the first 16 bytes of DPL_JOB_SECRET)
  *   host=H:    dpl_bootstrap_mpi_root with host H:
  *              "rank R rc NAME msg MESSAGE"
  *   small:     dpl_bootstrap_mpi_root into a 4-byte buffer, same form.
  */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include <dpl/bootstrap_mpi.h>
@@ -33,8 +35,10 @@ static int open_and_gather(int me)
 		bad += all[i] != i * 7;
 	if (dpl_bootstrap_root(b, root, sizeof root) < 0)
 		snprintf(root, sizeof root, "?");
-	printf("rank %u world %u root %s gather %s\n", dpl_bootstrap_rank(b),
-	       n, root, rc == 0 && bad == 0 ? "ok" : "bad");
+	printf("rank %u world %u root %s gather %s secret %.16s\n",
+	       dpl_bootstrap_rank(b), n, root,
+	       rc == 0 && bad == 0 ? "ok" : "bad",
+	       getenv("DPL_JOB_SECRET") ? getenv("DPL_JOB_SECRET") : "-");
 	dpl_bootstrap_close(b);
 	return rc != 0 || bad != 0;
 }

@@ -100,7 +100,7 @@ Test(mpi, three_ranks_meet_at_one_root)
 {
 	struct cli_res *r = malloc(sizeof *r);
 	const char *const cmd[] = {DPL_MPI_PROBE, "open", NULL};
-	char lines[3][512], root[3][300];
+	char lines[3][512], root[3][300], secret[3][17];
 	unsigned rank, world;
 	int k;
 
@@ -111,9 +111,12 @@ Test(mpi, three_ranks_meet_at_one_root)
 		char gather[8];
 
 		cr_assert_eq(sscanf(lines[k], "rank %u world %u root %299s "
-				    "gather %7s", &rank, &world, root[k],
-				    gather),
-			     4, "%s", lines[k]);
+				    "gather %7s secret %16s", &rank, &world,
+				    root[k], gather, secret[k]),
+			     5, "%s", lines[k]);
+		/* Rank 0's secret reached every rank. */
+		cr_expect_eq(strlen(secret[k]), 16u, "%s", lines[k]);
+		cr_expect_str_eq(secret[k], secret[0]);
 		cr_expect_eq(world, 3);
 		cr_expect_str_eq(gather, "ok", "%s", lines[k]);
 		/* One node: the root is on loopback. */

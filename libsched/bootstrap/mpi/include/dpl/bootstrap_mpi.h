@@ -38,6 +38,11 @@ extern "C" {
  * 127.0.0.1 when every rank of comm runs on rank 0's node (the
  * MPI_COMM_TYPE_SHARED split), else $DPL_MPI_ROOT_HOST, else rank 0's
  * host name.
+ * Rank 0 also broadcasts the job secret (its own DPL_JOB_SECRET, else 64
+ * fresh random hex digits) and every rank of comm sets DPL_JOB_SECRET to
+ * it in its environment (setenv: call it before other threads read the
+ * environment), so that the rendezvous admits only this job's ranks
+ * (dpl/bootstrap.h).
  * The port is free when rank 0 looks; rank 0's dpl_bootstrap_open() (or
  * transport) should bind it soon after, as with any launcher that hands
  * out ports.
