@@ -218,6 +218,13 @@ static void print_text(FILE *f, const char *path, const dpl_profile *prof,
 		b->pivot_stage, r->single_device_ms / b->predicted_ms,
 		b->peak_memory_bytes / 1e9, c->device_memory / 1e9,
 		b->worst_stage);
+	/* One micro-batch's activations per device and stage: the figure
+	 * byte caps take (dpl schedule --cap-bytes B --act-bytes ...). */
+	fprintf(f, "  activations per micro-batch (--act-bytes) ");
+	for (uint32_t s = 0; s < b->stages; s++)
+		fprintf(f, "%s%llu", s ? "," : "",
+			(unsigned long long)b->stage[s].activation_bytes);
+	fprintf(f, "\n");
 	fprintf(f, "\n  %-14s %13s %5s %9s  %s\n", "baseline", "predicted ms",
 		"fits", "speedup", "plan");
 	for (int k = 0; k < DPL_BASELINE__COUNT; k++) {

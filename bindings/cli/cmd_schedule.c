@@ -13,14 +13,22 @@ static void usage(FILE *f)
 {
 	fprintf(f, "usage: dpl schedule --stages S --microbatches M --policy P\n"
 		   "                    [--chunks V] [--cap K|K0,K1,...] [--costs F,B[,I,W]]\n"
-		   "                    [--lower] [--format text|csv|json|svg] [--out FILE]\n\n"
+		   "                    [--lower] [--format text|csv|csv-comms|json|svg]\n"
+		   "                    [--out FILE]\n\n"
 		   "Builds the policy's action lists. text is the ASCII timeline (F=1, B=2\n"
-		   "unless --costs); csv is PyTorch's compute-only format (one line per rank);\n"
+		   "unless --costs); csv is PyTorch's compute-only format (one line per rank;\n"
+		   "with --lower, dpl's lowered lists); csv-comms is the lowered lists as\n"
+		   "PyTorch's _PipelineScheduleRuntime runs them with _load_csv(FILE,\n"
+		   "format=\"compute_comms\") (implies --lower: no STEP, a WAIT_REDUCE_GRAD\n"
+		   "after each REDUCE_GRAD, a WAIT_SEND_F/B for each send);\n"
 		   "json is dpl's schedule file; svg is the simulated timeline as a picture\n"
 		   "(same costs as text: one row per rank, the bubble shaded, a legend, and\n"
 		   "makespan, bubble and peak activations per rank in the caption). --lower\n"
 		   "adds sends, receives, REDUCE_GRAD and STEP. --out writes the file whole\n"
-		   "or not at all (default stdout).\n\n");
+		   "or not at all (default stdout). Every flag is given at most once.\n\n"
+		   "Exit status: 0 printed or written; 1 the build, lowering or an output\n"
+		   "write failed; 2 bad flags or values, a refused output path, or a\n"
+		   "schedule too large for memory.\n\n");
 	sched_opts_usage(f);
 }
 
@@ -49,10 +57,11 @@ static int run(int argc, char **argv)
 				goto done;
 			}
 			if (strcmp(v, "text") && strcmp(v, "csv") &&
-			    strcmp(v, "json") && strcmp(v, "svg")) {
+			    strcmp(v, "csv-comms") && strcmp(v, "json") &&
+			    strcmp(v, "svg")) {
 				rc = cli_usage_error(cmd, "--format: expected text, "
-							  "csv, json or svg (got "
-							  "'%s')",
+							  "csv, csv-comms, json or "
+							  "svg (got '%s')",
 						     v);
 				goto done;
 			}
@@ -70,6 +79,15 @@ static int run(int argc, char **argv)
 			goto done;
 		}
 	}
+	if (strcmp(format, "csv-comms") == 0)
+		lower = true;
+	/* What the estimate of the schedule's memory must count. */
+	o.uses = SCHED_USE_KNOWN | (lower ? SCHED_USE_LOWER : 0) |
+		 (!strcmp(format, "text") || !strcmp(format, "svg")
+			  ? SCHED_USE_SIM
+			  : 0);
+	if ((rc = cli_out_check(cmd, outpath)))
+		goto done;
 	if ((rc = sched_opts_build(cmd, &o, &s)))
 		goto done;
 	if (lower && dpl_schedule_lower(s) != 0) {
@@ -90,6 +108,8 @@ static int run(int argc, char **argv)
 		goto done;
 	if (strcmp(format, "csv") == 0)
 		rc = dpl_schedule_write_csv(s, out.f);
+	else if (strcmp(format, "csv-comms") == 0)
+		rc = dpl_schedule_write_csv_comms(s, out.f);
 	else if (strcmp(format, "json") == 0)
 		rc = dpl_schedule_write_json(s, out.f);
 	else if (strcmp(format, "svg") == 0)
@@ -97,8 +117,7 @@ static int run(int argc, char **argv)
 	else
 		rc = dpl_sim_write_ascii(sim, out.f, 0, 0);
 	if (rc) {
-		cli_out_abort(&out);
-		rc = cli_fail(cmd, "%s", dpl_last_error());
+		rc = cli_out_fail(&out, dpl_last_error());
 		goto done;
 	}
 	rc = cli_out_commit(cmd, &out);

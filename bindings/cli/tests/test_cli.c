@@ -122,7 +122,8 @@ Test(cli, bad_flags_name_themselves)
 	one_line_error(&r, "unknown policy 'pipedream'");
 	RUN(&r, "schedule", "--stages", "4", "--microbatches", "8", "--policy",
 	    "interleaved", "--chunks", "2", "--format", "xml");
-	one_line_error(&r, "--format: expected text, csv, json or svg (got 'xml')");
+	one_line_error(&r, "--format: expected text, csv, csv-comms, json or svg "
+			   "(got 'xml')");
 	RUN(&r, "schedule", "--stages", "4", "--microbatches", "6", "--policy",
 	    "looped-bfs");
 	one_line_error(&r, "policy looped-bfs needs --chunks V with V >= 2");

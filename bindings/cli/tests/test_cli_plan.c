@@ -131,6 +131,11 @@ Test(cli_plan, vgg_plan_file_invariants_and_replay, .timeout = 120)
 		cJSON *d;
 
 		cr_assert_leq(num(st, "first_layer"), num(st, "last_layer"));
+		/* The in-flight micro-batches' activations are part of the
+		 * stage's memory. */
+		cr_assert_gt(num(st, "activation_bytes"), 0);
+		cr_assert_leq(num(st, "inflight") * num(st, "activation_bytes"),
+			      num(st, "memory_bytes"));
 		cJSON_ArrayForEach(d, cJSON_GetObjectItem(st, "devices"))
 		{
 			cr_assert(d->valueint >= 0 && d->valueint < 16);
@@ -198,4 +203,61 @@ Test(cli_plan, no_fit_exits_1_naming_the_stage, .timeout = 120)
 	    "--cluster", cl);
 	cr_assert_eq(r.code, 1, "exit %d: %s", r.code, r.err);
 	cr_assert(strstr(r.err, "stage"), "%s", r.err);
+}
+
+/*
+ * The text plan prints each stage's activation bytes per micro-batch, the
+ * figures of the JSON plan; given to `dpl schedule --act-bytes` with a
+ * budget of two micro-batches' worth per stage, `bounded` keeps at most
+ * two alive on each stage.
+ */
+Test(cli_plan, activation_bytes_feed_byte_caps, .timeout = 120)
+{
+	static struct cli_res r, j;
+	char prof[1024], acts[512] = "", caps[512] = "", m[16];
+	const char *line;
+	cJSON *o, *st;
+	size_t na = 0, nc = 0;
+	int n = 0;
+
+	need_profile(prof, sizeof prof, "vgg-19-pbs-32.txt");
+	RUN(&r, "plan", "--profile", prof, "--pbs", "32", "--gbs", "256",
+	    "--cluster", "paper-a");
+	cr_assert_eq(r.code, 0, "%s", r.err);
+	RUN(&j, "plan", "--profile", prof, "--pbs", "32", "--gbs", "256",
+	    "--cluster", "paper-a", "--format", "json");
+	cr_assert_eq(j.code, 0, "%s", j.err);
+	o = cJSON_Parse(j.out);
+	cr_assert_not_null(o);
+	cJSON_ArrayForEach(st, cJSON_GetObjectItem(o, "stages"))
+	{
+		unsigned long long a =
+		    (unsigned long long)num(st, "activation_bytes");
+
+		na += (size_t)snprintf(acts + na, sizeof acts - na, "%s%llu",
+				       n ? "," : "", a);
+		nc += (size_t)snprintf(caps + nc, sizeof caps - nc, "%s%llu",
+				       n ? "," : "", 2 * a);
+		n++;
+	}
+	snprintf(m, sizeof m, "%d", (int)num(o, "microbatches"));
+	cJSON_Delete(o);
+	line = strstr(r.out, "activations per micro-batch (--act-bytes) ");
+	cr_assert_not_null(line, "%s", r.out);
+	cr_assert(strncmp(strchr(line, ')') + 2, acts, strlen(acts)) == 0,
+		  "text '%.80s' vs JSON %s", line, acts);
+	{
+		char sn[16];
+
+		snprintf(sn, sizeof sn, "%d", n);
+		RUN(&r, "simulate", "--stages", sn, "--microbatches", m,
+		    "--policy", "bounded", "--cap-bytes", caps, "--act-bytes",
+		    acts, "--json");
+	}
+	cr_assert_eq(r.code, 0, "%s", r.err);
+	o = cJSON_Parse(r.out);
+	cr_assert_not_null(o);
+	cJSON_ArrayForEach(st, cJSON_GetObjectItem(o, "stages"))
+		cr_assert_leq(num(st, "peak_inflight"), 2);
+	cJSON_Delete(o);
 }

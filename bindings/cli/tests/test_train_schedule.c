@@ -2,7 +2,8 @@
  * test_train_schedule.c - `dpl train --schedule FILE` and byte caps on
  * `dpl train`: files written by `dpl schedule` (1f1b, zb-h1; CSV and JSON,
  * compute-only and lowered), a hand-written CSV and a PyTorch-style
- * compute-only CSV with an interleaved placement all train to the
+ * compute-only CSV with an interleaved placement, PyTorch's own DualPipeV
+ * files (compound OVERLAP_F_B, its comms kinds) all train to the
  * one-device weights, as threads, with replicas and as processes over
  * shm; a file of a policy ends with the weights digest of that policy
  * built from the flags; bad, missing and invalid files and flags that
@@ -247,6 +248,41 @@ Test(train_schedule, a_pytorch_interleaved_csv_trains_to_one_device_weights,
 		 "--batch 11 --iterations 3 --check", NULL, bound, 4);
 	train_ok("--schedule inter.csv --device synthetic --fwd-ms 0 "
 		 "--bwd-ms 0 --iterations 2", NULL, bound, 4);
+}
+
+/*
+ * PyTorch's own ScheduleDualPipeV files (2 ranks, 4 stages, M = 4, from
+ * its _dump_csv): compute-only with (F;B)OVERLAP_F_B fields, and
+ * compute_comms with UNSHARD, RESHARD, WAIT_SEND_*, WAIT_REDUCE_GRAD and
+ * no STEP; and dpl's dualpipev written for PyTorch's runtime
+ * (--format csv-comms). All train to the one-device weights, as threads
+ * and as processes; the two PyTorch files to the same weights.
+ */
+Test(train_schedule, pytorch_dualpipev_files_train_to_one_device_weights,
+     .timeout = 240)
+{
+	char a[32], b[32], c[32], args[1300];
+
+	snprintf(args, sizeof args,
+		 "--schedule %s/pytorch_dualpipev_2x4.csv --iterations 3 "
+		 "--check", DPL_TEST_DATA_DIR);
+	train_ok(args, a, NULL, 0);
+	snprintf(args, sizeof args,
+		 "--schedule %s/pytorch_dualpipev_comms_2x4.csv --iterations 3 "
+		 "--check", DPL_TEST_DATA_DIR);
+	train_ok(args, b, NULL, 0);
+	cr_assert_str_eq(a, b);
+	snprintf(args, sizeof args,
+		 "--schedule %s/pytorch_dualpipev_comms_2x4.csv --iterations 3 "
+		 "--check --nprocs 2 --timeout 30", DPL_TEST_DATA_DIR);
+	train_ok(args, c, NULL, 0);
+	cr_assert_str_eq(b, c);
+	make_schedule("--stages 2 --microbatches 4 --policy dualpipev "
+		      "--format csv-comms", "dpv.csv");
+	train_ok("--schedule dpv.csv --iterations 3 --check", c, NULL, 0);
+	cr_assert_str_eq(a, c);
+	train_ok("--schedule dpv.csv --replicas 2,1 --batch 13 --iterations 3 "
+		 "--check", NULL, NULL, 0);
 }
 
 /* One process per rank over shm, the file read by every rank. */

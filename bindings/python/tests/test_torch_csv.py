@@ -9,26 +9,26 @@ move the lists through a file; dpl reads and writes the same text with
 
 What the installed PyTorch (2.x) writes and how dpl takes it:
 
-- ScheduleGPipe, Schedule1F1B: their lists end with ``REDUCE_GRAD`` and
-  ``WAIT_REDUCE_GRAD``; dpl has no WAIT_REDUCE_GRAD (its reductions are
-  synchronous) and refuses the file naming the field. Their compute
-  actions alone load and equal dpl's own gpipe and 1f1b lists.
+- Every class's compute-only file loads as it is -- ScheduleGPipe's and
+  Schedule1F1B's lists end with ``REDUCE_GRAD`` and ``WAIT_REDUCE_GRAD``,
+  ScheduleDualPipeV's hold ``(a;b)OVERLAP_F_B`` fields -- and is written
+  back as it was, less its bubbles (empty fields) and CRLF line ends. Every multi-stage class's
+  compute_comms file (``UNSHARD``, ``RESHARD``, ``WAIT_SEND_F``/``_B``
+  too) loads, validates and is written back byte for byte.
 - Schedule1F1B's last rank: PyTorch numbers its forwards 1..M instead of
   0..M-1 (a bug in ``Schedule1F1B._get_pipeline_order``; its runtime does
   not use these lists, so training is unaffected). dpl loads such a file
   with M+1 micro-batches and its validator refuses it ("1B0 ... before its
   forward"); with the numbers shifted back it equals dpl's 1f1b. The test
   detects whether the installed version still has the bug.
-- ScheduleInterleaved1F1B, ScheduleLoopedBFS, ScheduleInterleavedZeroBubble,
-  ScheduleZBVZeroBubble: load as they are, validate, and keep every rank's
-  order; Interleaved1F1B's lists equal dpl's ``interleaved`` policy.
-- ScheduleDualPipeV: its ``(a;b)OVERLAP_F_B`` fields are refused (dpl runs
-  one action at a time); with each overlap written as its two actions the
-  lists load and validate.
+- The compute actions of GPipe and 1F1B equal dpl's gpipe and 1f1b,
+  Interleaved1F1B's dpl's ``interleaved``; all lists validate.
 - dpl -> PyTorch: compute-only CSV of gpipe, 1f1b, zb-h1 and interleaved
   loads with PyTorch's ``_load_csv`` (which lowers it) and keeps dpl's
-  lists. dpl's lowered CSV (``to_csv(comms=True)``) ends with ``STEP``,
-  which PyTorch's reader refuses.
+  lists. dpl's own lowered CSV (``to_csv(comms=True)``) ends with
+  ``STEP``, which PyTorch's reader refuses; ``to_csv(comms="pytorch")``
+  loads with ``format="compute_comms"`` as it is (test_torch_comms_csv.py
+  trains with it).
 """
 
 from __future__ import annotations
@@ -121,14 +121,20 @@ def test_torch_csv_loads_in_dpl(name, ranks, m, tmp_path):
     rows = torch_rows(sched.pipeline_order)
     assert text.count("\n") == ranks
 
+    # Every field loads as it is, and the file comes back as it was, but for
+    # the bubbles (empty fields) and CRLF line ends, which dpl does not write.
+    got = Schedule.from_csv(text)
+    back = got.to_csv(comms=got.lowered)
+    assert back == csv_of([[f for f in line.split(",") if f]
+                           for line in text.replace("\r\n", "\n").splitlines()])
+    assert [line.split(",") for line in back.splitlines()] == rows
+    if name == "ScheduleDualPipeV":
+        assert any(a.endswith(")OVERLAP_F_B") for r in rows for a in r)
+        assert any(a.kind == "OVERLAP_F_B" for lst in got.lists() for a in lst)
+
     if name in SINGLE:
-        # WAIT_REDUCE_GRAD is refused, naming line 1 and its field.
-        field = rows[0].index("0WAIT_REDUCE_GRAD") + 1
-        with pytest.raises(InvalidArgument) as ei:
-            Schedule.from_csv(text)
-        msg = str(ei.value)
-        assert "DPL_EPARSE" in msg
-        assert f"line 1, field {field}: '0WAIT_REDUCE_GRAD' is not an action" in msg
+        assert "0WAIT_REDUCE_GRAD" in rows[0]
+        assert got.lowered  # REDUCE_GRAD is a lowered kind
         rows = compute_only(rows)
         policy = "gpipe" if name == "ScheduleGPipe" else "1f1b"
         if name == "Schedule1F1B" and has_1f1b_last_rank_bug(rows, m):
@@ -147,29 +153,35 @@ def test_torch_csv_loads_in_dpl(name, ranks, m, tmp_path):
         assert dpl_rows(got) == dpl_rows(schedule(policy, ranks, m))
         return
 
-    if name == "ScheduleDualPipeV":
-        first = next(a for r in rows for a in r if a.endswith("OVERLAP_F_B"))
-        line = next(i for i, r in enumerate(rows) if first in r)
-        field = text.splitlines()[line].split(",").index(first) + 1
-        with pytest.raises(InvalidArgument) as ei:
-            Schedule.from_csv(text)
-        assert f"line {line + 1}, field {field}: '{first}' is not an action" \
-            in str(ei.value)
-        rows = [[x for a in r for x in
-                 (a[1:a.index(")")].split(";") if a.endswith("OVERLAP_F_B") else [a])]
-                for r in rows]
-        text = csv_of(rows)
-
-    got = Schedule.from_csv(text)
     assert got.ranks == ranks
     assert got.stages == 2 * ranks
     assert got.microbatches == m
     got.validate()
-    assert dpl_rows(got) == rows
     if name in VSHAPE:
         assert got.stage_rank(2 * ranks - 1) == 0  # the V folds back to rank 0
     if name == "ScheduleInterleaved1F1B":
         assert dpl_rows(got) == dpl_rows(schedule("interleaved", ranks, m, chunks=2))
+
+
+@pytest.mark.parametrize("ranks,m", SHAPES)
+@pytest.mark.parametrize("name", [c for c in CLASSES if c not in SINGLE])
+def test_torch_comms_csv_loads_in_dpl(name, ranks, m, tmp_path):
+    """PyTorch's lowered files (UNSHARD, RESHARD, WAIT_SEND_*, WAIT_REDUCE_GRAD,
+    OVERLAP_F_B) load, validate, and are written back byte for byte, by
+    both of dpl's writers."""
+    sched = torch_schedule(name, ranks, m)
+    path = tmp_path / "comms.csv"
+    sched._dump_csv(str(path), format="compute_comms")
+    text = path.read_text().replace("\r\n", "\n")
+    got = Schedule.from_csv(text)
+    assert got.lowered
+    got.validate()
+    kinds = {a.kind for lst in got.lists() for a in lst}
+    assert {"UNSHARD", "RESHARD", "WAIT_REDUCE_GRAD", "WAIT_SEND_F",
+            "WAIT_SEND_B"} <= kinds
+    assert "STEP" not in kinds
+    assert got.to_csv(comms=True) == text
+    assert got.to_csv(comms="pytorch") == text
 
 
 # --------------------------------------------------------------------------
@@ -205,7 +217,7 @@ def test_dpl_csv_loads_in_torch(policy, ranks, m, tmp_path):
 
 
 @pytest.mark.parametrize("policy", ["1f1b", "zb-h1"])
-def test_dpl_lowered_csv_refused_by_torch(policy, tmp_path):
+def test_dpl_lowered_csv_refused_by_torch_unless_written_for_it(policy, tmp_path):
     ours = _dpl_schedule(policy, 2, 4)
     text = ours.to_csv(comms=True)
     assert text.splitlines()[0].endswith(",0REDUCE_GRAD,0STEP")
@@ -218,3 +230,16 @@ def test_dpl_lowered_csv_refused_by_torch(policy, tmp_path):
     back = Schedule.from_csv(text)
     assert back.lowered
     assert dpl_rows(back) == dpl_rows(ours.lower())
+    # Written for PyTorch's runtime, the same lists load as they are.
+    pt = ours.to_csv(comms="pytorch")
+    path.write_text(pt)
+    rt = _torch_reader(2, ours.stages, 4)
+    rt._load_csv(str(path), format="compute_comms")
+    assert torch_rows(rt.pipeline_order_with_comms) == \
+        [line.split(",") for line in pt.splitlines()]
+    assert all(not a.endswith("STEP") for r in dpl_rows(Schedule.from_csv(pt)) for a in r)
+
+
+def test_to_csv_refuses_an_unknown_comms_value():
+    with pytest.raises(InvalidArgument, match="'torch'"):
+        _dpl_schedule("1f1b", 2, 4).to_csv(comms="torch")

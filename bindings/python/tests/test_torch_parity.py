@@ -102,8 +102,15 @@ def train(name, rank, world):
            "ScheduleInterleavedZeroBubble": ScheduleInterleavedZeroBubble,
            "ScheduleZBVZeroBubble": ScheduleZBVZeroBubble,
            "ScheduleDualPipeV": ScheduleDualPipeV}}[name]
-    sched = cls(stages if per_rank > 1 else stages[0], MICROBATCHES,
-                loss_fn=torch.nn.MSELoss())
+    csv_dir = os.environ.get("DPL_COMMS_CSV_DIR")  # test_torch_comms_csv.py
+    if csv_dir:
+        from torch.distributed.pipelining.schedules import _PipelineScheduleRuntime
+        sched = _PipelineScheduleRuntime(stages, MICROBATCHES,
+                                         loss_fn=torch.nn.MSELoss())
+        sched._load_csv(os.path.join(csv_dir, name + ".csv"), format="compute_comms")
+    else:
+        sched = cls(stages if per_rank > 1 else stages[0], MICROBATCHES,
+                    loss_fn=torch.nn.MSELoss())
     params = [p for s in mine for p in parts[s].parameters()]
     opt = torch.optim.SGD(params, lr=LR, momentum=MOMENTUM)
     all_losses = []
@@ -157,10 +164,12 @@ def _model_namespace() -> dict:
     return ns
 
 
-def _launch(import_line: str, names: list[str], tmp_path, tag: str) -> dict:
-    """Run the script on RANKS processes for every schedule in `names`;
-    return {name: {"params": {stage: tensors}, "losses": ...} or
-    {"error": text}}. Bounded by LAUNCH_TIMEOUT; stragglers are killed."""
+def _launch(import_line: str, names: list[str], tmp_path, tag: str,
+            extra_env: dict | None = None) -> dict:
+    """Run the script on RANKS processes for every schedule in `names`
+    (with `extra_env` added to their environment); return {name:
+    {"params": {stage: tensors}, "losses": ...} or {"error": text}}.
+    Bounded by LAUNCH_TIMEOUT; stragglers are killed."""
     script = tmp_path / f"train_{tag}.py"
     script.write_text(SCRIPT.format(IMPORT=import_line, MODEL=MODEL, TWO=repr(TWO_PER_RANK)))
     port = str(_free_port())
@@ -173,7 +182,8 @@ def _launch(import_line: str, names: list[str], tmp_path, tag: str) -> dict:
                    GLOO_SOCKET_IFNAME="lo",
                    PYTHONPATH=os.pathsep.join(
                        [_DPL_PATH] + ([os.environ["PYTHONPATH"]]
-                                      if os.environ.get("PYTHONPATH") else [])))
+                                      if os.environ.get("PYTHONPATH") else [])),
+                   **(extra_env or {}))
         procs.append(subprocess.Popen([sys.executable, str(script), ",".join(names),
                                        str(out)],
                                       env=env, stdout=log, stderr=subprocess.STDOUT,

@@ -83,7 +83,9 @@ def _flat(actions):
 
 
 def dpl_rows(s: Schedule) -> list[list[str]]:
-    return [[str(a) for a in lst] for lst in s.lists()]
+    """A rank's actions, each OVERLAP_F_B pair as its two parts (the
+    marker left out), as _flat gives PyTorch's."""
+    return [[str(a) for a in lst if a.kind != "OVERLAP_F_B"] for lst in s.lists()]
 
 
 def rank_peaks(rows: list[list[str]]) -> list[int]:
@@ -208,6 +210,14 @@ def test_dualpipev_lists_are_torchs(ranks, m):
     theirs, stage_rank = torch_order("dualpipev", ranks, m)
     assert dpl_rows(s) == theirs
     assert [s.stage_rank(st) for st in range(2 * ranks)] == stage_rank
+    # The pairs are PyTorch's compound actions, field for field.
+    n = 2 * ranks
+    sched = S.ScheduleDualPipeV([_stand_in(0, n, ranks), _stand_in(n - 1, n, ranks)], m,
+                                loss_fn=_loss)
+    torch_fields = [[str(a) for a in sched.pipeline_order[r] if a is not None]
+                    for r in sorted(sched.pipeline_order)]
+    assert [line.split(",") for line in s.to_csv().splitlines()] == torch_fields
+    assert any(")OVERLAP_F_B" in f for row in torch_fields for f in row)
 
 
 @pytest.mark.parametrize("ranks,m", [(4, 1), (4, 7), (2, 3)])

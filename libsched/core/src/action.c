@@ -15,7 +15,14 @@ static const char *const kind_names[DPL_ACT__COUNT] = {
 	[DPL_ACT_RECV_B] = "RECV_B",
 	[DPL_ACT_REDUCE_GRAD] = "REDUCE_GRAD",
 	[DPL_ACT_STEP] = "STEP",
+	[DPL_ACT_UNSHARD] = "UNSHARD",
+	[DPL_ACT_RESHARD] = "RESHARD",
+	[DPL_ACT_WAIT_REDUCE_GRAD] = "WAIT_REDUCE_GRAD",
+	[DPL_ACT_WAIT_SEND_F] = "WAIT_SEND_F",
+	[DPL_ACT_WAIT_SEND_B] = "WAIT_SEND_B",
+	[DPL_ACT_OVERLAP_F_B] = "OVERLAP_F_B",
 };
+
 
 const char *dpl_action_kind_name(uint32_t kind)
 {
@@ -29,7 +36,7 @@ int dpl_action_is_compute(uint32_t kind)
 
 static bool kind_has_mb(uint32_t kind)
 {
-	return kind != DPL_ACT_REDUCE_GRAD && kind != DPL_ACT_STEP;
+	return dpl__kind_has_mb(kind);
 }
 
 int dpl_action_format(struct dpl_action a, char *buf, size_t size)

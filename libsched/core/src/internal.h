@@ -67,6 +67,15 @@ static inline struct dpl_action dpl__act(uint32_t kind, uint32_t stage,
 }
 
 /* Per-(stage, micro-batch) index into flat S * M tables. */
+/* Kinds that carry a micro-batch: all but REDUCE_GRAD, STEP, UNSHARD,
+ * RESHARD, WAIT_REDUCE_GRAD and the OVERLAP_F_B marker. */
+static inline bool dpl__kind_has_mb(uint32_t kind)
+{
+	return kind != DPL_ACT_REDUCE_GRAD && kind != DPL_ACT_STEP &&
+	       kind != DPL_ACT_UNSHARD && kind != DPL_ACT_RESHARD &&
+	       kind != DPL_ACT_WAIT_REDUCE_GRAD && kind != DPL_ACT_OVERLAP_F_B;
+}
+
 static inline size_t dpl__sm(const dpl_schedule *s, uint32_t stage,
 			     uint32_t mb)
 {

@@ -157,15 +157,17 @@ out:
 
 /*
  * Lower one rank's list into `out`: receives where place_receives() put
- * them, sends right after their producer, REDUCE_GRAD after the sends of
+ * them, sends right after their producer (an OVERLAP_F_B pair: after the
+ * pair), REDUCE_GRAD after the sends of
  * a stage's last backward, the rank's STEPs last in stage order.
  */
 static int lower_rank(const dpl_schedule *s, uint32_t r, const size_t *ins,
 		      size_t *last_bwd, size_t *order, struct dpl__list *out)
 {
 	const struct dpl__list *in = &s->lists[r];
-	struct dpl_action x;
-	size_t i, nrecv = 0, next = 0;
+	struct dpl_action x, held;
+	size_t i, nrecv = 0, next = 0, group_end = SIZE_MAX;
+	bool has_held = false;
 	int rc;
 
 	if ((rc = dpl__list_reserve(out, 3 * in->len + 2 * (size_t)s->stages)))
@@ -190,15 +192,31 @@ static int lower_rank(const dpl_schedule *s, uint32_t r, const size_t *ins,
 	}
 	for (i = 0; i < in->len; i++) {
 		struct dpl_action a = in->a[i];
+		/* An OVERLAP_F_B pair (validated: marker, F, B or I) takes the
+		 * receives of both parts before its marker and makes the
+		 * forward's send after its second part. */
+		size_t upto = i;
 
-		while (next < nrecv && ins[order[next]] <= i) {
+		if (a.kind == DPL_ACT_OVERLAP_F_B) {
+			upto = i + 2;
+			group_end = i + 2;
+		}
+		while (next < nrecv && ins[order[next]] <= upto) {
 			needs_recv(s, in->a[order[next]], &x);
 			dpl__list_push(out, x);
 			next++;
 		}
 		dpl__list_push(out, a);
-		if (needs_send(s, a, &x))
-			dpl__list_push(out, x);
+		if (i + 1 == group_end && needs_send(s, a, &held)) {
+			has_held = true;
+		} else {
+			if (has_held && i == group_end) {
+				dpl__list_push(out, held);
+				has_held = false;
+			}
+			if (needs_send(s, a, &x))
+				dpl__list_push(out, x);
+		}
 		if (last_bwd[a.stage] == i)
 			dpl__list_push(out, dpl__act(DPL_ACT_REDUCE_GRAD, a.stage,
 						     DPL_NO_MICROBATCH));

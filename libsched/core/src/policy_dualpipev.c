@@ -6,9 +6,11 @@
  * PyTorch pairs a forward of one chunk with the full backward of the
  * other as one compound OVERLAP_F_B action; its runtime runs the pair's
  * two sub-actions one after the other (forward first) unless a custom
- * function is registered for it. dpl has no compound action: each pair
- * is its two actions in that order, so dpl runs what PyTorch's runtime
- * runs by default and the simulated makespans are the same.
+ * function is registered for it. dpl writes each pair as its marker and
+ * its two actions, in the steps PyTorch pairs them (4 and 5 below); the
+ * runner gives the pair to the stage callbacks' `overlap` member when
+ * they have one. A pair one of whose parts is a left-out padding
+ * micro-batch is its remaining action alone.
  *
  * Rank r, with n micro-batches (M, or 2S when M < 2S: the padding
  * micro-batches are then left out, which keeps every dependency):
@@ -41,8 +43,11 @@ struct dpv {
 static void put(struct dpv *d, uint32_t kind, uint32_t stage, uint32_t mb)
 {
 	if (d->rc == 0 && mb < d->s->microbatches)
-		d->rc = dpl__list_push(&d->s->lists[d->s->stage_rank[stage]],
-				       dpl__act(kind, stage, mb));
+		d->rc = dpl__list_push(
+			&d->s->lists[d->s->stage_rank[stage]],
+			dpl__act(kind, stage,
+				 kind == DPL_ACT_OVERLAP_F_B ? DPL_NO_MICROBATCH
+							     : mb));
 }
 
 static void fwd(struct dpv *d, int c)
@@ -62,6 +67,16 @@ static void bwd(struct dpv *d, int c, int zb)
 		d->wq_st[k] = d->st[c];
 		d->wq_mb[k] = mb;
 	}
+}
+
+/* Chunk cf's next forward and chunk cb's next full backward as one
+ * OVERLAP_F_B pair (a marker, then the two). */
+static void pair(struct dpv *d, int cf, int cb)
+{
+	if (d->nf[cf] < d->s->microbatches && d->nb[cb] < d->s->microbatches)
+		put(d, DPL_ACT_OVERLAP_F_B, d->st[cf], 0);
+	fwd(d, cf);
+	bwd(d, cb, 0);
 }
 
 static void pending_w(struct dpv *d)
@@ -93,15 +108,17 @@ static int dualpipev_rank(dpl_schedule *s, uint32_t r, uint32_t n,
 		fwd(&d, 1);
 	}
 	for (k = 0; k < n - 2 * S + r + 1; k++) {
-		fwd(&d, 0);
-		bwd(&d, 1, 0);
-		fwd(&d, 1);
-		bwd(&d, 0, 0);
+		if (k == 0 && r == S - 1) {
+			fwd(&d, 0);
+			bwd(&d, 1, 0);
+		} else {
+			pair(&d, 0, 1);
+		}
+		pair(&d, 1, 0);
 	}
 	for (k = 0; k < S - r - 1; k++) {
 		bwd(&d, 1, 0);
-		fwd(&d, 1);
-		bwd(&d, 0, 0);
+		pair(&d, 1, 0);
 	}
 	for (k = 0; k < r + 1; k++) {
 		if (k == half && r % 2 == 1)

@@ -101,6 +101,9 @@ int dpl_runner_create(const struct dpl_runner_params *p, dpl_runner **out)
 		return dpl__error(DPL_ENOMEM, "out of memory");
 	r->sched = p->schedule;
 	r->ops = p->stage_ops;
+	if (r->ops->size >= offsetof(struct dpl_stage_ops, overlap) +
+				sizeof r->ops->overlap)
+		r->overlap = r->ops->overlap;
 	r->user = p->stage_user;
 	r->t = p->transport;
 	r->rank = p->rank;

@@ -240,9 +240,9 @@ struct dpl__lstage {
 	bool ar_refused;               /* the transport refused the dtype:
 					  the ring reduces this stage */
 	bool reducing;
+	bool has_step;                 /* the list holds this stage's STEP */
 };
 
-/* One traced action. */
 /*
  * Wire form of a failure notice: seven little-endian 32-bit words: code,
  * reporting rank, peer it lost (or DPL__NONE), action kind, stage,
@@ -255,6 +255,9 @@ struct dpl__lstage {
 struct dpl_runner {
 	const dpl_schedule *sched;
 	const struct dpl_stage_ops *ops;
+	/* ops->overlap where ops->size holds it, else NULL */
+	int (*overlap)(void *user, const struct dpl_stage_args *f,
+		       const struct dpl_stage_args *b);
 	void *user;
 	dpl_transport *t;
 	dpl_device *dev;
@@ -355,6 +358,27 @@ int dpl__reqs_done(dpl_runner *r, void *arg, uint32_t *peer);
 int dpl__pump(dpl_runner *r);
 int dpl__wait_for(dpl_runner *r, dpl__done_fn done, void *arg);
 int dpl__wait_reqs(dpl_runner *r, struct dpl__rreq *q, uint32_t n);
+
+/*
+ * Slots (runner_step.c): dpl__acquire gives (stage, j) its slot, taking a
+ * free one once the sends of its last user completed; dpl__lookup finds
+ * the slot of a micro-batch that has one (DPL_ESCHED otherwise);
+ * dpl__maybe_release returns it once its B/W ran and its SEND_B is out.
+ */
+int dpl__acquire(dpl_runner *r, struct dpl__lstage *ls, uint32_t j,
+		 struct dpl__slot **out);
+int dpl__lookup(dpl_runner *r, struct dpl__lstage *ls, uint32_t j,
+		struct dpl__slot **out);
+void dpl__maybe_release(struct dpl__lstage *ls, struct dpl__slot *sl);
+
+/*
+ * Compute (runner_compute.c): dpl__run_compute runs one F, B, I or W;
+ * dpl__run_overlap runs the OVERLAP_F_B pair (f, b) through r->overlap
+ * (non-NULL); dpl__callback_failed records a callback's failure.
+ */
+int dpl__run_compute(dpl_runner *r, struct dpl_action a);
+int dpl__run_overlap(dpl_runner *r, struct dpl_action f, struct dpl_action b);
+int dpl__callback_failed(dpl_runner *r, int rc, const char *what);
 int dpl__event_done(dpl_runner *r, void *arg, uint32_t *peer);
 
 #endif /* DPL_RUNNER_INTERNAL_H */

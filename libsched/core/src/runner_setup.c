@@ -55,8 +55,10 @@ int dpl__scan_list(dpl_runner *r)
 			break;
 		}
 		ls = &r->ls[r->lidx[a.stage]];
-		if (a.kind == DPL_ACT_REDUCE_GRAD || a.kind == DPL_ACT_STEP)
-			continue;
+		if (a.kind == DPL_ACT_STEP)
+			ls->has_step = true;
+		if (a.kind >= DPL_ACT_REDUCE_GRAD && a.kind < DPL_ACT__COUNT)
+			continue; /* no buffers of their own */
 		if (a.microbatch >= r->nmb || a.kind >= DPL_ACT__COUNT) {
 			rc = dpl__error(DPL_ESCHED, "%s: bad action",
 					dpl__where(where, sizeof where,

@@ -119,8 +119,8 @@ static int slot_sends_done(dpl_runner *r, void *arg, uint32_t *peer)
 }
 
 /* The slot of (stage, j), taking a free one if it has none. */
-static int acquire(dpl_runner *r, struct dpl__lstage *ls, uint32_t j,
-		   struct dpl__slot **out)
+int dpl__acquire(dpl_runner *r, struct dpl__lstage *ls, uint32_t j,
+		 struct dpl__slot **out)
 {
 	struct dpl__slot *sl;
 	uint32_t idx;
@@ -156,7 +156,7 @@ static int acquire(dpl_runner *r, struct dpl__lstage *ls, uint32_t j,
 }
 
 /* Give the slot back once B/W ran and, if due, SEND_B was posted. */
-static void maybe_release(struct dpl__lstage *ls, struct dpl__slot *sl)
+void dpl__maybe_release(struct dpl__lstage *ls, struct dpl__slot *sl)
 {
 	uint32_t idx;
 
@@ -170,8 +170,8 @@ static void maybe_release(struct dpl__lstage *ls, struct dpl__slot *sl)
 	ls->in_use--;
 }
 
-static int lookup(dpl_runner *r, struct dpl__lstage *ls, uint32_t j,
-		  struct dpl__slot **out)
+int dpl__lookup(dpl_runner *r, struct dpl__lstage *ls, uint32_t j,
+		struct dpl__slot **out)
 {
 	char t[DPL_ACTION_TEXT_MAX];
 
@@ -180,160 +180,6 @@ static int lookup(dpl_runner *r, struct dpl__lstage *ls, uint32_t j,
 			    "on stage %u here (out of order)",
 			    dpl__act_text(r->cur, t, sizeof t), j, ls->stage);
 	*out = &ls->slots[ls->mb_slot[j]];
-	return 0;
-}
-
-static int callback_failed(dpl_runner *r, int rc, const char *what)
-{
-	char t[DPL_ACTION_TEXT_MAX];
-	const char *msg = dpl_last_error();
-
-	if (rc > 0)
-		rc = DPL_ECALLBACK;
-	return dpl__fail(r, rc, "%s callback failed in %s at iteration %llu: %s "
-		    "(%s)%s%s",
-		    what, dpl__act_text(r->cur, t, sizeof t),
-		    (unsigned long long)r->iter, dpl_strerror(rc),
-		    dpl_err_name(rc), msg[0] ? ": " : "", msg);
-}
-
-/* Wait until the device finished the work a callback queued. */
-static int device_sync(dpl_runner *r)
-{
-	char t[DPL_ACTION_TEXT_MAX];
-	int rc;
-
-	if (!r->dev->has_events)
-		return 0;
-	rc = r->dev->ops->event_record(r->dev->ctx, r->event);
-	if (rc != 0)
-		return dpl__fail(r, rc, "device %s: event_record in %s: %s",
-			    r->dev->ops->name, dpl__act_text(r->cur, t, sizeof t),
-			    dpl_strerror(rc));
-	rc = dpl__wait_for(r, dpl__event_done, NULL);
-	return rc;
-}
-
-/* The arguments of a compute action on a slot. */
-static int fill_args(dpl_runner *r, struct dpl__lstage *ls,
-		     struct dpl__slot *sl, uint32_t kind,
-		     struct dpl_stage_args *a)
-{
-	uint64_t n = sl->end - sl->begin;
-	struct dpl__slot *psl = NULL;
-	int rc;
-
-	memset(a, 0, sizeof *a);
-	a->stage = ls->stage;
-	a->microbatch = sl->mb;
-	a->slot = sl->live_idx;
-	a->replica = r->replica;
-	a->iteration = r->iter;
-	a->begin = sl->begin;
-	a->end = sl->end;
-	a->batch = r->batch;
-	if (!ls->first && !ls->prev_remote) {
-		struct dpl__lstage *lp = &r->ls[r->lidx[ls->stage - 1]];
-
-		if ((rc = lookup(r, lp, sl->mb, &psl)) != 0)
-			return rc;
-	}
-	if (!ls->first) {
-		a->input = ls->prev_remote ? sl->in_act : psl->out_act;
-		a->input_bytes = (size_t)(n * ls->in_bps);
-	}
-	if (!ls->last) {
-		a->output = sl->out_act;
-		a->output_bytes = (size_t)(n * ls->out_bps);
-	}
-	if (kind == DPL_ACT_F)
-		return 0;
-	if (!ls->last) {
-		a->grad_output = sl->in_grad;
-		a->grad_output_bytes = (size_t)(n * ls->out_bps);
-	}
-	if (!ls->first && kind != DPL_ACT_W) {
-		a->grad_input = ls->prev_remote ? sl->out_grad : psl->in_grad;
-		a->grad_input_bytes = (size_t)(n * ls->in_bps);
-	}
-	return 0;
-}
-
-static int run_forward(dpl_runner *r, struct dpl__lstage *ls, uint32_t j)
-{
-	struct dpl_stage_args a;
-	struct dpl__slot *sl;
-	char t[DPL_ACTION_TEXT_MAX];
-	int rc;
-
-	if ((rc = acquire(r, ls, j, &sl)) != 0)
-		return rc;
-	if (ls->prev_remote && (rc = dpl__wait_reqs(r, sl->rf, sl->nrf)) != 0)
-		return rc;
-	if (ls->live_top == 0)
-		return dpl__fail(r, DPL_ESCHED, "%s: more micro-batches alive on "
-			    "stage %u than its bound %u",
-			    dpl__act_text(r->cur, t, sizeof t), ls->stage,
-			    ls->bound);
-	sl->live_idx = ls->live_free[--ls->live_top];
-	if (++ls->live > ls->peak_live)
-		ls->peak_live = ls->live;
-	if (sl->begin == sl->end) {
-		sl->fwd_done = true;
-		return 0;
-	}
-	if ((rc = fill_args(r, ls, sl, DPL_ACT_F, &a)) != 0)
-		return rc;
-	/* Clear the thread's message so that a failing callback's own
-	 * dpl_set_error() text is the one reported. */
-	dpl__clear_error();
-	rc = r->ops->forward(r->user, &a);
-	if (rc != 0)
-		return callback_failed(r, rc, "forward");
-	sl->fwd_done = true;
-	return device_sync(r);
-}
-
-static int run_backward(dpl_runner *r, struct dpl__lstage *ls, uint32_t j,
-			uint32_t kind)
-{
-	struct dpl_stage_args a;
-	struct dpl__slot *sl;
-	int rc;
-
-	if ((rc = lookup(r, ls, j, &sl)) != 0)
-		return rc;
-	if (kind != DPL_ACT_W && ls->next_remote &&
-	    (rc = dpl__wait_reqs(r, sl->rb, sl->nrb)) != 0)
-		return rc;
-	if (sl->begin != sl->end) {
-		if ((rc = fill_args(r, ls, sl, kind, &a)) != 0)
-			return rc;
-		dpl__clear_error();
-		if (kind == DPL_ACT_B)
-			rc = r->ops->backward(r->user, &a);
-		else if (kind == DPL_ACT_I)
-			rc = r->ops->backward_input(r->user, &a);
-		else
-			rc = r->ops->backward_weight(r->user, &a);
-		if (rc != 0)
-			return callback_failed(r, rc,
-					       kind == DPL_ACT_B ? "backward"
-					       : kind == DPL_ACT_I
-						       ? "backward_input"
-						       : "backward_weight");
-		if ((rc = device_sync(r)) != 0)
-			return rc;
-	}
-	if (kind == DPL_ACT_I)
-		return 0;
-	if (sl->live_idx != DPL__NONE) {
-		ls->live_free[ls->live_top++] = sl->live_idx;
-		sl->live_idx = DPL__NONE;
-		ls->live--;
-	}
-	sl->bw_done = true;
-	maybe_release(ls, sl);
 	return 0;
 }
 
@@ -369,7 +215,7 @@ static int run_reduce(dpl_runner *r, struct dpl__lstage *ls)
 	dpl__clear_error();
 	rc = r->ops->grads(r->user, ls->stage, &b, &n);
 	if (rc != 0)
-		return callback_failed(r, rc, "grads");
+		return dpl__callback_failed(r, rc, "grads");
 	for (i = 0; i < n; i++) {
 		if (b[i].dtype != ls->gdtype || b[i].mem != r->dev->ops->mem)
 			break;
@@ -415,8 +261,10 @@ static int run_reduce(dpl_runner *r, struct dpl__lstage *ls)
 	return 0;
 }
 
-static int run_step(dpl_runner *r, struct dpl__lstage *ls)
+/* Wait for the stage's reduction, if one runs, and copy the sums back. */
+static int finish_reduce(dpl_runner *r, struct dpl__lstage *ls)
 {
+	char t[DPL_ACTION_TEXT_MAX];
 	size_t i, esize = dpl_dtype_size(ls->gdtype);
 	const unsigned char *v = ls->gvec;
 	int rc;
@@ -432,15 +280,26 @@ static int run_step(dpl_runner *r, struct dpl__lstage *ls)
 					       r->dev->ops->mem,
 					       b->count * esize);
 			if (rc != 0)
-				return dpl__fail(r, rc, "%uSTEP: device copy: %s",
-					    ls->stage, dpl_strerror(rc));
+				return dpl__fail(r, rc, "%s: device copy: %s",
+					    dpl__act_text(r->cur, t,
+							  sizeof t),
+					    dpl_strerror(rc));
 			v += b->count * esize;
 		}
 	}
+	return 0;
+}
+
+static int run_step(dpl_runner *r, struct dpl__lstage *ls)
+{
+	int rc;
+
+	if ((rc = finish_reduce(r, ls)) != 0)
+		return rc;
 	dpl__clear_error();
 	rc = r->ops->step(r->user, ls->stage, r->iter);
 	if (rc != 0)
-		return callback_failed(r, rc, "step");
+		return dpl__callback_failed(r, rc, "step");
 	return 0;
 }
 
@@ -454,35 +313,34 @@ static DPL__NOINLINE int run_action(dpl_runner *r, struct dpl_action a)
 
 	switch (a.kind) {
 	case DPL_ACT_RECV_F:
-		if ((rc = acquire(r, ls, j, &sl)) != 0)
+		if ((rc = dpl__acquire(r, ls, j, &sl)) != 0)
 			return rc;
 		return exchange(r, sl, sl->rf, &sl->nrf, false, ls->prev_r,
 				ls->prev_base,
 				dpl__tag(DPL__TAG_ACT, r->iter, a.stage - 1, j),
 				sl->in_act, ls->in_bps);
 	case DPL_ACT_F:
-		return run_forward(r, ls, j);
+	case DPL_ACT_B:
+	case DPL_ACT_I:
+	case DPL_ACT_W:
+		return dpl__run_compute(r, a);
 	case DPL_ACT_SEND_F:
-		if ((rc = lookup(r, ls, j, &sl)) != 0)
+		if ((rc = dpl__lookup(r, ls, j, &sl)) != 0)
 			return rc;
 		return exchange(r, sl, sl->sf, &sl->nsf, true, ls->next_r,
 				ls->next_base,
 				dpl__tag(DPL__TAG_ACT, r->iter, a.stage, j),
 				sl->out_act, ls->out_bps);
 	case DPL_ACT_RECV_B:
-		if ((rc = acquire(r, ls, j, &sl)) != 0)
+		if ((rc = dpl__acquire(r, ls, j, &sl)) != 0)
 			return rc;
 		return exchange(r, sl, sl->rb, &sl->nrb, false, ls->next_r,
 				ls->next_base,
 				dpl__tag(DPL__TAG_GRAD, r->iter, a.stage + 1,
 					 j),
 				sl->in_grad, ls->out_bps);
-	case DPL_ACT_B:
-	case DPL_ACT_I:
-	case DPL_ACT_W:
-		return run_backward(r, ls, j, a.kind);
 	case DPL_ACT_SEND_B:
-		if ((rc = lookup(r, ls, j, &sl)) != 0)
+		if ((rc = dpl__lookup(r, ls, j, &sl)) != 0)
 			return rc;
 		rc = exchange(r, sl, sl->sb, &sl->nsb, true, ls->prev_r,
 			      ls->prev_base,
@@ -491,12 +349,30 @@ static DPL__NOINLINE int run_action(dpl_runner *r, struct dpl_action a)
 		if (rc != 0)
 			return rc;
 		sl->send_b_posted = true;
-		maybe_release(ls, sl);
+		dpl__maybe_release(ls, sl);
 		return 0;
 	case DPL_ACT_REDUCE_GRAD:
 		return run_reduce(r, ls);
 	case DPL_ACT_STEP:
 		return run_step(r, ls);
+	case DPL_ACT_WAIT_REDUCE_GRAD:
+		return finish_reduce(r, ls);
+	case DPL_ACT_WAIT_SEND_F:
+	case DPL_ACT_WAIT_SEND_B:
+		/* A send whose slot went back was already complete. */
+		if (ls->mb_slot[j] == DPL__NONE)
+			return 0;
+		sl = &ls->slots[ls->mb_slot[j]];
+		return a.kind == DPL_ACT_WAIT_SEND_F
+			       ? dpl__wait_reqs(r, sl->sf, sl->nsf)
+			       : dpl__wait_reqs(r, sl->sb, sl->nsb);
+	case DPL_ACT_UNSHARD:
+	case DPL_ACT_RESHARD:
+	case DPL_ACT_OVERLAP_F_B:
+		/* Skipped: dpl's stages hold their parameters whole; an
+		 * overlap marker without an overlap callback runs its parts
+		 * as the next two actions (see dpl/schedule.h). */
+		return 0;
 	default:
 		return dpl__fail(r, DPL_ESCHED, "action kind %u", a.kind);
 	}
@@ -562,7 +438,17 @@ int dpl_runner_step(dpl_runner *r)
 		r->cur_pos = i;
 		r->wait_acc = 0;
 		ta = te;
-		rc = run_action(r, a);
+		if (a.kind == DPL_ACT_OVERLAP_F_B && r->overlap != NULL) {
+			/* The pair runs as one action: its time is the
+			 * marker's, its parts count as run. */
+			rc = dpl__run_overlap(r, r->list[i + 1], r->list[i + 2]);
+			r->st.count[r->list[i + 1].kind]++;
+			r->st.count[r->list[i + 2].kind]++;
+			r->cur = a;
+			i += 2;
+		} else {
+			rc = run_action(r, a);
+		}
 		te = dpl__now_ns();
 		if (rc != 0)
 			return dpl__step_failed(r, rc);
@@ -570,6 +456,23 @@ int dpl_runner_step(dpl_runner *r)
 		r->st.ns[a.kind] += te - ta - r->wait_acc;
 		r->st.wait_ns += r->wait_acc;
 		trace_add(r, a, ta + r->wait_acc, te);
+	}
+	/* A list without a stage's STEP (PyTorch's lowered lists) steps
+	 * that stage after its last action. */
+	for (i = 0; i < r->nls; i++) {
+		if (r->ls[i].has_step)
+			continue;
+		r->cur = dpl__act(DPL_ACT_STEP, r->ls[i].stage,
+				  DPL_NO_MICROBATCH);
+		r->wait_acc = 0;
+		ta = te;
+		rc = run_step(r, &r->ls[i]);
+		te = dpl__now_ns();
+		if (rc != 0)
+			return dpl__step_failed(r, rc);
+		r->st.count[DPL_ACT_STEP]++;
+		r->st.ns[DPL_ACT_STEP] += te - ta - r->wait_acc;
+		r->st.wait_ns += r->wait_acc;
 	}
 	r->st.actions += r->nlist;
 	if (r->t != NULL) {

@@ -136,7 +136,7 @@ int dpl_schedule_append(dpl_schedule *s, uint32_t rank, struct dpl_action a)
 		return dpl__error(DPL_EINVAL,
 				  "%s: stage %u lives on rank %u, not rank %u",
 				  t, a.stage, s->stage_rank[a.stage], rank);
-	if (!dpl_action_is_compute(a.kind))
+	if (!dpl_action_is_compute(a.kind) && a.kind != DPL_ACT_OVERLAP_F_B)
 		s->lowered = true;
 	return dpl__list_push(&s->lists[rank], a);
 }

@@ -6,32 +6,13 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "internal.h"
+#include "validate.h"
 
-/* Per (stage, micro-batch) state bits. */
-enum {
-	ST_F = 1u << 0,      /* F seen / done */
-	ST_B = 1u << 1,      /* B seen / done */
-	ST_I = 1u << 2,      /* I seen / done */
-	ST_W = 1u << 3,      /* W seen / done */
-	ST_SEND_F = 1u << 4, /* SEND_F of this stage seen / done */
-	ST_RECV_F = 1u << 5, /* RECV_F of this stage seen / posted */
-	ST_SEND_B = 1u << 6,
-	ST_RECV_B = 1u << 7,
-};
 
-struct vctx {
-	const dpl_schedule *s;
-	struct dpl_schedule_issue *issue;
-	uint8_t *st; /* [S * M] */
-};
+#define report dpl__vreport
 
-static int report(struct vctx *v, int code, uint32_t rank, size_t pos,
-		  struct dpl_action a, const char *fmt, ...)
-	DPL__PRINTF(6, 7);
-
-static int report(struct vctx *v, int code, uint32_t rank, size_t pos,
-		  struct dpl_action a, const char *fmt, ...)
+int dpl__vreport(struct dpl__vctx *v, int code, uint32_t rank, size_t pos,
+		 struct dpl_action a, const char *fmt, ...)
 {
 	char where[96], why[150];
 	struct dpl_schedule_issue tmp, *is = v->issue ? v->issue : &tmp;
@@ -87,7 +68,7 @@ static bool output_remote(const dpl_schedule *s, struct dpl_action a)
 }
 
 /* Rules 1-5, one pass over each list in order. */
-static int check_static(struct vctx *v)
+static int check_static(struct dpl__vctx *v)
 {
 	const dpl_schedule *s = v->s;
 	uint32_t S = s->stages, M = s->microbatches, r;
@@ -106,7 +87,7 @@ static int check_static(struct vctx *v)
 
 		for (size_t i = 0; i < l->len; i++) {
 			struct dpl_action a = l->a[i];
-			uint8_t *st;
+			uint16_t *st;
 			uint32_t k = a.kind;
 
 			/* Rule 1: where and what. */
@@ -121,6 +102,8 @@ static int check_static(struct vctx *v)
 					    s->stage_rank[a.stage]);
 				goto out;
 			}
+			if (k >= DPL_ACT_UNSHARD)
+				continue; /* rule 7, dpl__validate_kinds() */
 			if (k == DPL_ACT_REDUCE_GRAD || k == DPL_ACT_STEP) {
 				uint8_t bit = k == DPL_ACT_STEP ? 2 : 1;
 
@@ -294,7 +277,7 @@ static int check_static(struct vctx *v)
 		uint32_t home = s->stage_rank[st];
 
 		for (uint32_t j = 0; j < M; j++) {
-			uint8_t b = v->st[dpl__sm(s, st, j)];
+			uint16_t b = v->st[dpl__sm(s, st, j)];
 			struct dpl_action a = dpl__act(DPL_ACT_F, st, j);
 
 			if (!(b & ST_F)) {
@@ -345,7 +328,7 @@ out:
 }
 
 /* Rule 6: untimed replay; sends complete only once the receive is posted. */
-static int check_progress(struct vctx *v)
+static int check_progress(struct dpl__vctx *v)
 {
 	const dpl_schedule *s = v->s;
 	uint32_t R = s->ranks, r;
@@ -354,7 +337,7 @@ static int check_progress(struct vctx *v)
 	uint8_t *queued = NULL;
 	int rc = 0;
 
-	memset(v->st, 0, (size_t)s->stages * s->microbatches);
+	memset(v->st, 0, (size_t)s->stages * s->microbatches * sizeof *v->st);
 	pc = calloc(R, sizeof *pc);
 	queue = malloc((size_t)R * sizeof *queue);
 	queued = calloc(R, 1);
@@ -375,7 +358,7 @@ static int check_progress(struct vctx *v)
 
 		while (pc[r] < l->len) {
 			struct dpl_action a = l->a[pc[r]];
-			uint8_t *st = NULL, need = 0, *peer = NULL;
+			uint16_t *st = NULL, need = 0, *peer = NULL;
 			uint32_t wake = UINT32_MAX;
 
 			if (a.microbatch != DPL_NO_MICROBATCH)
@@ -481,15 +464,17 @@ out:
 int dpl_schedule_validate(const dpl_schedule *s,
 			  struct dpl_schedule_issue *issue)
 {
-	struct vctx v = {s, issue, NULL};
+	struct dpl__vctx v = {s, issue, NULL};
 	int rc;
 
 	if (s == NULL)
 		return dpl__error(DPL_EINVAL, "schedule must not be NULL");
-	v.st = calloc((size_t)s->stages * s->microbatches, 1);
+	v.st = calloc((size_t)s->stages * s->microbatches, sizeof *v.st);
 	if (v.st == NULL)
 		return dpl__error(DPL_ENOMEM, "out of memory");
 	rc = check_static(&v);
+	if (rc == 0)
+		rc = dpl__validate_kinds(&v);
 	if (rc == 0)
 		rc = check_progress(&v);
 	free(v.st);

@@ -56,6 +56,13 @@ Test(action, parses_pytorch_text)
 		{"7SEND_B0", DPL_ACT_SEND_B, 7, 0},
 		{"3REDUCE_GRAD", DPL_ACT_REDUCE_GRAD, 3, DPL_NO_MICROBATCH},
 		{"2STEP", DPL_ACT_STEP, 2, DPL_NO_MICROBATCH},
+		{"0UNSHARD", DPL_ACT_UNSHARD, 0, DPL_NO_MICROBATCH},
+		{"1RESHARD", DPL_ACT_RESHARD, 1, DPL_NO_MICROBATCH},
+		{"2WAIT_REDUCE_GRAD", DPL_ACT_WAIT_REDUCE_GRAD, 2,
+		 DPL_NO_MICROBATCH},
+		{"0WAIT_SEND_F3", DPL_ACT_WAIT_SEND_F, 0, 3},
+		{"5WAIT_SEND_B12", DPL_ACT_WAIT_SEND_B, 5, 12},
+		{"3OVERLAP_F_B", DPL_ACT_OVERLAP_F_B, 3, DPL_NO_MICROBATCH},
 	};
 
 	for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
@@ -79,7 +86,9 @@ Test(action, rejects_malformed_text)
 	static const char *const bad[] = {
 		"", "F3", "0X3", "0F", "0F3x", "-1F3", "4294967295F1",
 		" 0F3", "0F3 ", "0REDUCE_GRAD1", "0STEP3", "0SEND_F",
-		"0f3", "99999999999F1", "0F99999999999", "0OVERLAP_F_B",
+		"0f3", "99999999999F1", "0F99999999999", "0OVERLAP_F_B1",
+		"0UNSHARD2", "1WAIT_SEND_F", "0WAIT_REDUCE_GRAD0",
+		"(0F3;1B2)OVERLAP_F_B", "0WAIT_SEND_X1",
 	};
 
 	for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {

@@ -216,3 +216,131 @@ Test(validate, lowering_adds_every_piece_once)
 	cr_assert_eq(counts[DPL_ACT_STEP], 4);
 	dpl_schedule_destroy(s);
 }
+
+/* Rule 7: the kinds PyTorch's lowered lists add, and OVERLAP_F_B. */
+Test(validate, pytorch_comms_kinds_pass_in_order)
+{
+	const char *r[] = {"0UNSHARD 0F0 0SEND_F0 0F1 0SEND_F1 0RECV_B0 0B0 "
+			   "0WAIT_SEND_F0 0RECV_B1 0B1 0REDUCE_GRAD "
+			   "0WAIT_REDUCE_GRAD 0RESHARD 0WAIT_SEND_F1",
+			   "1RECV_F0 1RECV_F1 1F0 1B0 1SEND_B0 1F1 1B1 "
+			   "1SEND_B1 1REDUCE_GRAD 1WAIT_SEND_B0 1WAIT_SEND_B1"};
+	dpl_schedule *s = from_text(2, 2, r, 2);
+
+	cr_assert_eq(dpl_schedule_validate(s, NULL), 0, "%s", dpl_last_error());
+	dpl_schedule_destroy(s);
+}
+
+Test(validate, wait_send_rules)
+{
+	const char *before[] = {"0F0 0WAIT_SEND_F0 0SEND_F0 0RECV_B0 0B0",
+				"1RECV_F0 1F0 1B0 1SEND_B0"};
+	const char *twice[] = {"0F0 0SEND_F0 0WAIT_SEND_F0 0WAIT_SEND_F0 "
+			       "0RECV_B0 0B0",
+			       "1RECV_F0 1F0 1B0 1SEND_B0"};
+	const char *wrong[] = {"0F0 0SEND_F0 0RECV_B0 0B0 0WAIT_SEND_B0",
+			       "1RECV_F0 1F0 1B0 1SEND_B0"};
+
+	expect(from_text(2, 1, before, 2), DPL_ESCHED, 0, 1, "before its SEND_F");
+	expect(from_text(2, 1, twice, 2), DPL_ESCHED, 0, 3,
+	       "second wait for one send");
+	expect(from_text(2, 1, wrong, 2), DPL_ESCHED, 0, 4, "before its SEND_B");
+}
+
+Test(validate, wait_reduce_grad_rules)
+{
+	const char *before[] = {"0F0 0B0 0WAIT_REDUCE_GRAD 0REDUCE_GRAD"};
+	const char *twice[] = {"0F0 0B0 0REDUCE_GRAD 0WAIT_REDUCE_GRAD "
+			       "0WAIT_REDUCE_GRAD"};
+	const char *late[] = {"0F0 0B0 0REDUCE_GRAD 0STEP 0WAIT_REDUCE_GRAD"};
+	dpl_schedule *s;
+	struct dpl_action a = {DPL_ACT_WAIT_REDUCE_GRAD, 0, 0};
+
+	expect(from_text(1, 1, before, 1), DPL_ESCHED, 0, 2,
+	       "before its REDUCE_GRAD");
+	expect(from_text(1, 1, twice, 1), DPL_ESCHED, 0, 4,
+	       "second WAIT_REDUCE_GRAD");
+	expect(from_text(1, 1, late, 1), DPL_ESCHED, 0, 4,
+	       "after the stage's STEP");
+	/* A micro-batch on a kind that carries none is refused on append. */
+	cr_assert_eq(dpl_schedule_create(1, 1, 1, &s), 0);
+	cr_assert_eq(dpl_schedule_append(s, 0, a), DPL_EINVAL);
+	dpl_schedule_destroy(s);
+}
+
+Test(validate, unshard_reshard_rules)
+{
+	const char *twice[] = {"0UNSHARD 0UNSHARD 0F0 0B0 0REDUCE_GRAD"};
+	const char *lone[] = {"0UNSHARD 0F0 0B0 0RESHARD 0RESHARD "
+			      "0REDUCE_GRAD"};
+	const char *sharded[] = {"0UNSHARD 0F0 0RESHARD 0B0 0REDUCE_GRAD"};
+	const char *compute_only[] = {"0UNSHARD 0F0 0B0"};
+	dpl_schedule *s;
+
+	expect(from_text(1, 1, twice, 1), DPL_ESCHED, 0, 1,
+	       "stage 0 is unsharded already");
+	expect(from_text(1, 1, lone, 1), DPL_ESCHED, 0, 4,
+	       "without an UNSHARD of stage 0");
+	expect(from_text(1, 1, sharded, 1), DPL_ESCHED, 0, 3,
+	       "stage 0 is sharded here");
+	/* UNSHARD makes the list lowered on append, so a compute-only list
+	 * never holds one; the lowered list then lacks nothing here. */
+	s = from_text(1, 1, compute_only, 1);
+	cr_assert_neq(dpl_schedule_is_lowered(s), 0);
+	dpl_schedule_destroy(s);
+}
+
+Test(validate, overlap_needs_its_parts)
+{
+	const char *ok[] = {"0F0 1F0 0OVERLAP_F_B 0F1 1B0 0B0 1F1 1B1 0B1"};
+	const char *short_[] = {"0F0 1F0 1B0 0B0 0F1 1F1 1B1 0B1 0OVERLAP_F_B"};
+	const char *not_f[] = {"0F0 1F0 0OVERLAP_F_B 1B0 0F1 0B0 1F1 1B1 0B1"};
+	const char *not_b[] = {"0F0 1F0 0OVERLAP_F_B 0F1 1F1 1B0 0B0 1B1 0B1"};
+	const char *stage[] = {"0F0 1F0 1OVERLAP_F_B 0F1 1B0 0B0 1F1 1B1 0B1"};
+	dpl_schedule *s = from_text(2, 2, ok, 1);
+
+	cr_assert_eq(dpl_schedule_is_lowered(s), 0);
+	cr_assert_eq(dpl_schedule_validate(s, NULL), 0, "%s", dpl_last_error());
+	/* Lowering keeps a pair together and the lowered list validates. */
+	cr_assert_eq(dpl_schedule_lower(s), 0, "%s", dpl_last_error());
+	cr_assert_eq(dpl_schedule_validate(s, NULL), 0, "%s", dpl_last_error());
+	dpl_schedule_destroy(s);
+	expect(from_text(2, 2, short_, 1), DPL_ESCHED, 0, 8,
+	       "needs its two parts");
+	expect(from_text(2, 2, not_f, 1), DPL_ESCHED, 0, 3,
+	       "the first part of OVERLAP_F_B must be an F of stage 0");
+	expect(from_text(2, 2, not_b, 1), DPL_ESCHED, 0, 4,
+	       "the second part of OVERLAP_F_B must be a B or an I");
+	expect(from_text(2, 2, stage, 1), DPL_ESCHED, 0, 3,
+	       "must be an F of stage 1");
+}
+
+/* Lowering a pair whose parts talk to other ranks: the receives of both
+ * go before the marker and the sends after the second part. */
+Test(validate, lowering_keeps_a_pair_together)
+{
+	const char *r[] = {"0F0 0F1 0B0 0B1",
+			   "1F0 1OVERLAP_F_B 1F1 1B0 1B1"};
+	dpl_schedule *s = from_text(2, 2, r, 2);
+	const struct dpl_action *a;
+	size_t len, m = SIZE_MAX;
+
+	cr_assert_eq(dpl_schedule_validate(s, NULL), 0, "%s", dpl_last_error());
+	cr_assert_eq(dpl_schedule_lower(s), 0, "%s", dpl_last_error());
+	a = dpl_schedule_actions(s, 1, &len);
+	for (size_t i = 0; i < len; i++)
+		if (a[i].kind == DPL_ACT_OVERLAP_F_B)
+			m = i;
+	cr_assert_lt(m + 3, len);
+	cr_assert_eq(a[m + 1].kind, DPL_ACT_F);
+	cr_assert_eq(a[m + 1].microbatch, 1);
+	cr_assert_eq(a[m + 2].kind, DPL_ACT_B);
+	cr_assert_eq(a[m + 2].microbatch, 0);
+	cr_assert_eq(a[m + 3].kind, DPL_ACT_SEND_B);
+	cr_assert_eq(a[m + 3].microbatch, 0);
+	for (size_t i = m + 1; i < len; i++)
+		cr_assert_neq(a[i].kind, DPL_ACT_RECV_F,
+			      "RECV_F after the marker");
+	cr_assert_eq(dpl_schedule_validate(s, NULL), 0, "%s", dpl_last_error());
+	dpl_schedule_destroy(s);
+}

@@ -12,11 +12,24 @@
 
 #include <dpl/csv.h>
 
-/* Stage and micro-batch indices in a file stay below 2^31. */
-#define CSV_INDEX_LIMIT ((uint32_t)1 << 31)
+#include "csv_internal.h"
 
 /* Longest piece of a bad field quoted in a message. */
 #define CSV_QUOTE_MAX 40
+
+void dpl__csv_put_overlap(FILE *f, const struct dpl_action *a)
+{
+	char t[DPL_ACTION_TEXT_MAX];
+	int n;
+
+	fputc('(', f);
+	n = dpl_action_format(a[1], t, sizeof t);
+	fwrite(t, 1, (size_t)n, f);
+	fputc(';', f);
+	n = dpl_action_format(a[2], t, sizeof t);
+	fwrite(t, 1, (size_t)n, f);
+	fputs(")OVERLAP_F_B", f);
+}
 
 int dpl_schedule_write_csv(const dpl_schedule *s, FILE *f)
 {
@@ -55,6 +68,16 @@ int dpl_schedule_write_csv(const dpl_schedule *s, FILE *f)
 						r, i);
 			else if (dpl_action_format(a, t, sizeof t) < 0)
 				rc = DPL_EINVAL;
+			else if (a.kind == DPL_ACT_OVERLAP_F_B &&
+				 (i + 2 >= len ||
+				  l[i + 1].kind != DPL_ACT_F ||
+				  (l[i + 2].kind != DPL_ACT_B &&
+				   l[i + 2].kind != DPL_ACT_I)))
+				rc = dpl_set_error(DPL_EINVAL,
+						"rank %u, position %zu: "
+						"OVERLAP_F_B without its F "
+						"and B (or I) after it",
+						r, i);
 			else
 				used[a.stage] = true;
 		}
@@ -75,9 +98,14 @@ int dpl_schedule_write_csv(const dpl_schedule *s, FILE *f)
 		const struct dpl_action *l = dpl_schedule_actions(s, r, &len);
 
 		for (i = 0; i < len; i++) {
-			n = (size_t)dpl_action_format(l[i], t, sizeof t);
 			if (i > 0)
 				fputc(',', f);
+			if (l[i].kind == DPL_ACT_OVERLAP_F_B) {
+				dpl__csv_put_overlap(f, l + i);
+				i += 2;
+				continue;
+			}
+			n = (size_t)dpl_action_format(l[i], t, sizeof t);
 			fwrite(t, 1, n, f);
 		}
 		fputc('\n', f);
@@ -109,13 +137,79 @@ static bool is_blank(char c)
 	return c == ' ' || c == '\t' || c == '\r' || c == '\v' || c == '\f';
 }
 
+/* Parse one action [p, p + len) of field `field` of line `line`. */
+static int parse_one(const char *p, size_t len, size_t line, size_t field,
+		     struct dpl_action *a)
+{
+	char why[512];
+
+	if (dpl_action_parse(p, len, a) != 0) {
+		snprintf(why, sizeof why, "%s", dpl_last_error());
+		return dpl_set_error(DPL_EPARSE, "line %zu, field %zu: %s", line,
+				  field, why);
+	}
+	if (a->kind == DPL_ACT_OVERLAP_F_B)
+		return dpl_set_error(DPL_EPARSE,
+				  "line %zu, field %zu: OVERLAP_F_B is written "
+				  "with its parts, as (0F1;3B0)OVERLAP_F_B",
+				  line, field);
+	return 0;
+}
+
+static int store(struct csv_scan *cs, struct dpl_action a, size_t line,
+		 size_t field);
+
+/*
+ * PyTorch's compound field "(<F>;<B or I>)OVERLAP_F_B" [p, p + len):
+ * the marker and its two parts.
+ */
+static int scan_overlap(struct csv_scan *cs, const char *p, size_t len,
+			size_t line, size_t field)
+{
+	static const char tail[] = ")OVERLAP_F_B";
+	size_t tl = sizeof tail - 1;
+	const char *semi;
+	struct dpl_action f, b;
+	int q = (int)(len > CSV_QUOTE_MAX ? CSV_QUOTE_MAX : len), rc;
+
+	if (len < tl + 2 || memcmp(p + len - tl, tail, tl) != 0)
+		return dpl_set_error(DPL_EPARSE,
+				  "line %zu, field %zu: '%.*s' is not an "
+				  "action (a compound action is written "
+				  "(0F1;3B0)OVERLAP_F_B)",
+				  line, field, q, p);
+	semi = memchr(p + 1, ';', len - tl - 1);
+	if (semi == NULL ||
+	    memchr(semi + 1, ';', (size_t)(p + len - tl - semi - 1)) != NULL)
+		return dpl_set_error(DPL_EPARSE,
+				  "line %zu, field %zu: '%.*s': OVERLAP_F_B "
+				  "holds exactly two actions, a forward and "
+				  "a backward",
+				  line, field, q, p);
+	if ((rc = parse_one(p + 1, (size_t)(semi - p - 1), line, field, &f)) ||
+	    (rc = parse_one(semi + 1, (size_t)(p + len - tl - semi - 1), line,
+			    field, &b)))
+		return rc;
+	if (f.kind != DPL_ACT_F ||
+	    (b.kind != DPL_ACT_B && b.kind != DPL_ACT_I))
+		return dpl_set_error(DPL_EPARSE,
+				  "line %zu, field %zu: '%.*s': OVERLAP_F_B "
+				  "pairs an F with a B or I, in that order",
+				  line, field, q, p);
+	if ((rc = store(cs, dpl__csv_act(DPL_ACT_OVERLAP_F_B, f.stage,
+					 DPL_NO_MICROBATCH),
+			line, field)) ||
+	    (rc = store(cs, f, line, field)))
+		return rc;
+	return store(cs, b, line, field);
+}
+
 /* Parse field `field` of line `line`, text [p, p + len); len > 0. */
 static int scan_field(struct csv_scan *cs, const char *p, size_t len,
 		      size_t line, size_t field)
 {
-	char why[512];
 	struct dpl_action a;
-	int q = (int)(len > CSV_QUOTE_MAX ? CSV_QUOTE_MAX : len);
+	int q = (int)(len > CSV_QUOTE_MAX ? CSV_QUOTE_MAX : len), rc;
 
 	if (is_blank(p[0]) || is_blank(p[len - 1]))
 		return dpl_set_error(DPL_EPARSE,
@@ -123,11 +217,17 @@ static int scan_field(struct csv_scan *cs, const char *p, size_t len,
 				  "around the action (a field holds the "
 				  "action and nothing else)",
 				  line, field, q, p);
-	if (dpl_action_parse(p, len, &a) != 0) {
-		snprintf(why, sizeof why, "%s", dpl_last_error());
-		return dpl_set_error(DPL_EPARSE, "line %zu, field %zu: %s", line,
-				  field, why);
-	}
+	if (p[0] == '(')
+		return scan_overlap(cs, p, len, line, field);
+	if ((rc = parse_one(p, len, line, field, &a)) != 0)
+		return rc;
+	return store(cs, a, line, field);
+}
+
+/* Keep one parsed action of field `field` of line `line`. */
+static int store(struct csv_scan *cs, struct dpl_action a, size_t line,
+		 size_t field)
+{
 	if (a.stage >= CSV_INDEX_LIMIT)
 		return dpl_set_error(DPL_EPARSE,
 				  "line %zu, field %zu: stage %u is too "
@@ -292,6 +392,8 @@ int dpl_schedule_read_csv(const char *text, size_t len, dpl_schedule **out)
 		} else if (text[i] == '\n') {
 			cs.bound++;
 			lines++;
+		} else if (text[i] == '(') {
+			cs.bound += 2; /* an OVERLAP_F_B field holds three */
 		}
 	}
 	if (lines >= CSV_INDEX_LIMIT)

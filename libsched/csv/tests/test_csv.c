@@ -213,8 +213,23 @@ Test(csv, malformed_inputs_name_the_fault)
 	    {"0F0;0F1\n", 0, "is not an action"},
 	    {"0F0\r1F0\n", 0, "line 1, field 1"},
 	    {"0F\0000\n", 5, "line 1, field 1"},
-	    {"(0F3;1B2)OVERLAP_F_B\n", 0, "is not an action"},
-	    {"0UNSHARD\n", 0, "'0UNSHARD' is not an action"},
+	    {"(0F3;1B2)OVERLAP\n", 0,
+	     "line 1, field 1: '(0F3;1B2)OVERLAP' is not an action (a "
+	     "compound"},
+	    {"0F0,(0F3)OVERLAP_F_B\n", 0,
+	     "line 1, field 2: '(0F3)OVERLAP_F_B': OVERLAP_F_B holds exactly "
+	     "two"},
+	    {"(0F3;1B2;1B1)OVERLAP_F_B\n", 0, "holds exactly two"},
+	    {"(0B3;1F2)OVERLAP_F_B\n", 0,
+	     "'(0B3;1F2)OVERLAP_F_B': OVERLAP_F_B pairs an F with a B or I"},
+	    {"(0F3;1W2)OVERLAP_F_B\n", 0, "pairs an F with a B or I"},
+	    {"(0F3;1X2)OVERLAP_F_B\n", 0,
+	     "line 1, field 1: '1X2' is not an action"},
+	    {"(0F3;(1F2;0B1)OVERLAP_F_B)OVERLAP_F_B\n", 0, "line 1, field 1"},
+	    {"0F0\n0OVERLAP_F_B\n", 0,
+	     "line 2, field 1: OVERLAP_F_B is written with its parts"},
+	    {"0UNSHARD1\n", 0, "'0UNSHARD1' is not an action"},
+	    {"0WAIT_SEND_F\n", 0, "'0WAIT_SEND_F' is not an action"},
 	};
 	size_t i;
 
@@ -391,14 +406,15 @@ Test(csv, write_error_is_eio)
  * trip, and the stage mapping of `interleaved` is inferred back. */
 Test(csv, round_trip_every_policy)
 {
-	static const enum dpl_policy pols[] = {
-	    DPL_POLICY_GPIPE,   DPL_POLICY_1F1B,        DPL_POLICY_1F1B_COMM,
-	    DPL_POLICY_BOUNDED, DPL_POLICY_INTERLEAVED, DPL_POLICY_ZB_H1,
-	};
-	size_t i;
+	enum dpl_policy pols[DPL_POLICY__COUNT];
+	size_t i, n = 0;
 	int lower;
 
-	for (i = 0; i < sizeof pols / sizeof pols[0]; i++) {
+	/* Every policy that builds (dualpipev's lists hold OVERLAP_F_B). */
+	for (i = 0; i < DPL_POLICY__COUNT; i++)
+		if (dpl_policy_buildable((enum dpl_policy)i))
+			pols[n++] = (enum dpl_policy)i;
+	for (i = 0; i < n; i++) {
 		for (lower = 0; lower < 2; lower++) {
 			struct dpl_schedule_params p = {0};
 			dpl_schedule *s = NULL;
@@ -406,9 +422,10 @@ Test(csv, round_trip_every_policy)
 			p.stages = 4;
 			p.microbatches = 8;
 			p.policy = pols[i];
-			if (pols[i] == DPL_POLICY_INTERLEAVED)
+			if (dpl_policy_chunks(pols[i]) == 1)
 				p.chunks = 2;
-			if (pols[i] == DPL_POLICY_BOUNDED)
+			if (pols[i] == DPL_POLICY_BOUNDED ||
+			    pols[i] == DPL_POLICY_ZB_AUTO)
 				p.cap_all = 2;
 			cr_assert_eq(dpl_schedule_build(&p, &s), 0, "%s: %s",
 				     dpl_policy_name(pols[i]),
@@ -422,5 +439,162 @@ Test(csv, round_trip_every_policy)
 			  dpl_schedule_read_csv, 0);
 			dpl_schedule_destroy(s);
 		}
+	}
+}
+
+/* Every action of `s` as text, ranks on lines, fields joined by ','. */
+static char *text_of(const dpl_schedule *s,
+		     int (*w)(const dpl_schedule *, FILE *))
+{
+	char *buf = NULL;
+	size_t n = 0;
+	FILE *f = open_memstream(&buf, &n);
+
+	cr_assert_not_null(f);
+	cr_assert_eq(w(s, f), 0, "%s", dpl_last_error());
+	fclose(f);
+	return buf;
+}
+
+/* CRLF to LF, as PyTorch's csv.writer ends lines with CRLF. */
+static void to_lf(char *t)
+{
+	char *o = t;
+
+	for (; *t; t++)
+		if (*t != '\r')
+			*o++ = *t;
+	*o = '\0';
+}
+
+/*
+ * PyTorch's ScheduleDualPipeV at 2 ranks and 4 micro-batches, as its
+ * _dump_csv writes it, compute only and compute_comms (with UNSHARD,
+ * RESHARD, WAIT_REDUCE_GRAD, WAIT_SEND_* and compound OVERLAP_F_B
+ * fields): both load, validate, and write back byte for byte (line ends
+ * aside).
+ */
+Test(csv, pytorch_dualpipev_files_round_trip)
+{
+	static const char *const files[] = {"pytorch_dualpipev_2x4.csv",
+					    "pytorch_dualpipev_comms_2x4.csv"};
+
+	for (size_t k = 0; k < 2; k++) {
+		size_t len;
+		char *text = slurp(files[k], &len), *back;
+		dpl_schedule *s = NULL;
+		struct dpl_schedule_issue is;
+		const struct dpl_action *a;
+
+		cr_assert_eq(dpl_schedule_read_csv(text, len, &s), 0, "%s: %s",
+			     files[k], dpl_last_error());
+		cr_assert_eq(dpl_schedule_is_lowered(s) != 0, k != 0);
+		cr_assert_eq(dpl_schedule_stages(s), 4);
+		cr_assert_eq(dpl_schedule_validate(s, &is), 0, "%s: %s",
+			     files[k], is.message);
+		/* "(0F3;3B1)OVERLAP_F_B" is rank 0's 8th field (compute
+		 * only) or 18th (comms): the marker, then its parts. */
+		a = dpl_schedule_actions(s, 0, &len);
+		{
+			size_t at = k ? 17 : 7;
+
+			cr_assert_eq(a[at].kind, DPL_ACT_OVERLAP_F_B);
+			cr_assert_eq(a[at].stage, 0);
+			cr_assert_eq(a[at + 1].kind, DPL_ACT_F);
+			cr_assert_eq(a[at + 1].microbatch, 3);
+			cr_assert_eq(a[at + 2].kind, DPL_ACT_B);
+			cr_assert_eq(a[at + 2].stage, 3);
+			cr_assert_eq(a[at + 2].microbatch, 1);
+		}
+		if (k) {
+			cr_assert_eq(a[0].kind, DPL_ACT_UNSHARD);
+			cr_assert_eq(a[len - 1].kind, DPL_ACT_WAIT_SEND_B);
+		}
+		back = text_of(s, dpl_schedule_write_csv);
+		to_lf(text);
+		cr_assert_str_eq(back, text, "%s", files[k]);
+		if (k) {
+			/* The comms writer adds nothing to a file that has
+			 * every wait and no STEP. */
+			free(back);
+			back = text_of(s, dpl_schedule_write_csv_comms);
+			cr_assert_str_eq(back, text, "%s (comms)", files[k]);
+		}
+		free(back);
+		free(text);
+		dpl_schedule_destroy(s);
+	}
+}
+
+/* How often `what` occurs in `text`. */
+static size_t count_of(const char *text, const char *what)
+{
+	size_t n = 0;
+
+	for (const char *p = text; (p = strstr(p, what)) != NULL; p++)
+		n++;
+	return n;
+}
+
+/*
+ * dpl's own lowered dualpipev, interleaved and 1f1b written for PyTorch:
+ * no STEP, one WAIT_REDUCE_GRAD per REDUCE_GRAD right after it, one wait
+ * per send after it; the file loads back and validates.
+ */
+Test(csv, comms_writer_adds_pytorchs_waits)
+{
+	static const enum dpl_policy pols[] = {
+	    DPL_POLICY_1F1B, DPL_POLICY_INTERLEAVED, DPL_POLICY_DUALPIPEV,
+	    DPL_POLICY_ZBV};
+
+	for (size_t i = 0; i < sizeof pols / sizeof pols[0]; i++) {
+		struct dpl_schedule_params p = {0};
+		dpl_schedule *s = NULL, *t = NULL;
+		struct dpl_schedule_issue is;
+		char *text, *line, *save = NULL;
+
+		p.stages = 4;
+		p.microbatches = 8;
+		p.policy = pols[i];
+		p.chunks = dpl_policy_chunks(pols[i]) == 1 ? 2 : 0;
+		cr_assert_eq(dpl_schedule_build(&p, &s), 0, "%s",
+			     dpl_last_error());
+		cr_assert_eq(dpl_schedule_lower(s), 0, "%s", dpl_last_error());
+		text = text_of(s, dpl_schedule_write_csv_comms);
+		cr_assert_eq(count_of(text, "STEP"), 0);
+		cr_assert_eq(count_of(text, ",WAIT_REDUCE_GRAD"), 0);
+		cr_assert_eq(count_of(text, "REDUCE_GRAD"),
+			     2 * count_of(text, "WAIT_REDUCE_GRAD"));
+		cr_assert_eq(count_of(text, "SEND_F"),
+			     2 * count_of(text, "WAIT_SEND_F"));
+		cr_assert_eq(count_of(text, "SEND_B"),
+			     2 * count_of(text, "WAIT_SEND_B"));
+		if (pols[i] == DPL_POLICY_DUALPIPEV)
+			cr_assert_gt(count_of(text, ")OVERLAP_F_B"), 0);
+		cr_assert_eq(dpl_schedule_read_csv(text, strlen(text), &t), 0,
+			     "%s", dpl_last_error());
+		cr_assert_eq(dpl_schedule_validate(t, &is), 0, "%s: %s",
+			     dpl_policy_name(pols[i]), is.message);
+		/* Each REDUCE_GRAD is followed by its wait. */
+		for (line = strtok_r(text, "\n", &save); line;
+		     line = strtok_r(NULL, "\n", &save)) {
+			for (char *q = strstr(line, "REDUCE_GRAD"); q;
+			     q = strstr(q + 1, "REDUCE_GRAD")) {
+				if (q >= line + 5 &&
+				    strncmp(q - 5, "WAIT_", 5) == 0)
+					continue;
+				cr_assert(strstr(q, ",") != NULL &&
+					  strstr(strstr(q, ","), "WAIT_REDUCE_GRAD") ==
+					      strstr(q, ",") + 1 +
+						  strspn(strstr(q, ",") + 1,
+							 "0123456789"),
+					  "%s: REDUCE_GRAD without its wait "
+					  "next",
+					  dpl_policy_name(pols[i]));
+			}
+		}
+		free(text);
+		dpl_schedule_destroy(t);
+		dpl_schedule_destroy(s);
 	}
 }

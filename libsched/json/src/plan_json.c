@@ -50,11 +50,13 @@ static void put_stages(FILE *f, const struct dpl_plan *pl,
 			",\n%s   \"replicas\": %u, \"forward_ms\": %.17g, "
 			"\"backward_ms\": %.17g, \"send_ms\": %.17g, "
 			"\"allreduce_ms\": %.17g,\n%s   \"inflight\": %u, "
-			"\"memory_bytes\": %llu, \"parameter_bytes\": %.17g}",
+			"\"memory_bytes\": %llu, \"parameter_bytes\": %.17g,\n"
+			"%s   \"activation_bytes\": %llu}",
 			ind, st->replicas, st->forward_ms, st->backward_ms,
 			st->send_ms, st->allreduce_ms, ind, st->inflight,
 			(unsigned long long)st->memory_bytes,
-			st->parameter_bytes);
+			st->parameter_bytes, ind,
+			(unsigned long long)st->activation_bytes);
 	}
 	fprintf(f, "\n%s]", ind);
 }
@@ -193,13 +195,14 @@ enum {
 	SK_INFLIGHT,
 	SK_MEM,
 	SK_PAR,
+	SK_ACT,
 	SK__N
 };
 static const char *const skeys[SK__N] = {
     "first_layer", "last_layer",  "first_name", "last_name",
     "devices",     "replicas",    "forward_ms", "backward_ms",
     "send_ms",     "allreduce_ms", "inflight",  "memory_bytes",
-    "parameter_bytes"};
+    "parameter_bytes", "activation_bytes"};
 
 static int read_stage(const cJSON *e, uint32_t s, struct dpl_plan_stage *st,
 		      uint64_t *used)
@@ -286,6 +289,11 @@ static int read_stage(const cJSON *e, uint32_t s, struct dpl_plan_stage *st,
 	    (rc = dpl__json_get_num(v[SK_PAR], SPATH(SK_PAR), 0,
 				    &st->parameter_bytes)))
 		return rc;
+	if (v[SK_ACT]) {
+		if ((rc = dpl__json_get_num(v[SK_ACT], SPATH(SK_ACT), 0, &dv)))
+			return rc;
+		st->activation_bytes = dv >= 1.8e19 ? UINT64_MAX : (uint64_t)dv;
+	}
 #undef SPATH
 	return 0;
 }

@@ -298,7 +298,8 @@ static int read_actions(const cJSON *j, dpl_schedule *s,
 				return dpl_set_error(DPL_EPARSE, "%s: %s", path,
 						  why);
 			}
-			if (!dpl_action_is_compute(a.kind) && !comm) {
+			if (!dpl_action_is_compute(a.kind) &&
+			    a.kind != DPL_ACT_OVERLAP_F_B && !comm) {
 				comm = true;
 				if (!h->lowered)
 					return dpl_set_error(

@@ -366,6 +366,7 @@ void dpl__plan_fill(const struct dpl__pctx *x, struct dpl_plan *plan)
 		st->inflight = dpl__inflight(plan->policy, S, s, M);
 		need = P * (2 + x->opt) + st->inflight * (x->A[j] - x->A[i]) * n;
 		st->memory_bytes = to_bytes(need);
+		st->activation_bytes = to_bytes((x->A[j] - x->A[i]) * n);
 		if (need > x->mem)
 			plan->fits = 0;
 		if (need > worst) {

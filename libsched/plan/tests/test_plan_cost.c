@@ -121,6 +121,9 @@ Test(plan_cost, stage_costs_transfer_allreduce_memory_by_hand)
 	CLOSE(pl.stage[0].memory_bytes, 4e8 * 4 + 2 * 1e8, 1e-12);
 	CLOSE(pl.stage[1].memory_bytes, 8e8 * 4 + 1 * 2e6, 1e-12);
 	CLOSE(pl.peak_memory_bytes, 8e8 * 4 + 2e6, 1e-12);
+	/* one micro-batch's activations per device: the terms above */
+	CLOSE(pl.stage[0].activation_bytes, 1e8, 1e-12);
+	CLOSE(pl.stage[1].activation_bytes, 2e6, 1e-12);
 	cr_expect_eq(pl.worst_stage, 1);
 	cr_expect(pl.fits);
 	cr_expect_eq(pl.devices_used, 3);

@@ -59,7 +59,7 @@ class CCluster(Structure):
 
 
 class CPlanStage(Structure):
-    """struct dpl_plan_stage (80 bytes)."""
+    """struct dpl_plan_stage (88 bytes)."""
     _fields_ = [
         ("first_layer", c_uint32),
         ("last_layer", c_uint32),
@@ -72,6 +72,7 @@ class CPlanStage(Structure):
         ("inflight", c_uint32),
         ("memory_bytes", c_uint64),
         ("parameter_bytes", c_double),
+        ("activation_bytes", c_uint64),
     ]
 
 

@@ -14,9 +14,10 @@ from ctypes import (CFUNCTYPE, POINTER, Structure, c_char_p, c_int, c_size_t,
 from . import _lib
 
 DPL_STAGE_ABI_VERSION = 1
-DPL_ACT_COUNT = 10
+DPL_ACT_COUNT = 16
 ACTION_KINDS = ("F", "B", "I", "W", "SEND_F", "RECV_F", "SEND_B", "RECV_B",
-                "REDUCE_GRAD", "STEP")
+                "REDUCE_GRAD", "STEP", "UNSHARD", "RESHARD", "WAIT_REDUCE_GRAD",
+                "WAIT_SEND_F", "WAIT_SEND_B", "OVERLAP_F_B")
 
 DTYPE_F32, DTYPE_F64, DTYPE_BF16, DTYPE_F16 = 0, 1, 2, 3
 MEM_HOST, MEM_CUDA = 0, 1

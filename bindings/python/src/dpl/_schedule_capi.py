@@ -32,7 +32,9 @@ from .errors import InvalidArgument, check, error_for
 # enum dpl_action_kind
 ACT_F, ACT_B, ACT_I, ACT_W = 0, 1, 2, 3
 ACT_SEND_F, ACT_RECV_F, ACT_SEND_B, ACT_RECV_B = 4, 5, 6, 7
-ACT_REDUCE_GRAD, ACT_STEP, ACT_COUNT = 8, 9, 10
+ACT_REDUCE_GRAD, ACT_STEP = 8, 9
+ACT_UNSHARD, ACT_RESHARD, ACT_WAIT_REDUCE_GRAD = 10, 11, 12
+ACT_WAIT_SEND_F, ACT_WAIT_SEND_B, ACT_OVERLAP_F_B, ACT_COUNT = 13, 14, 15, 16
 NO_MICROBATCH = 0xFFFFFFFF
 ACTION_TEXT_MAX = 32
 U32_MAX = 0xFFFFFFFF
@@ -180,6 +182,7 @@ _CORE = {
 }
 _CSV = {
     "dpl_schedule_write_csv": (c_int, [_vp, _vp]),
+    "dpl_schedule_write_csv_comms": (c_int, [_vp, _vp]),
     "dpl_schedule_read_csv": (c_int, [c_char_p, c_size_t, _pvp]),
 }
 _JSON = {

@@ -42,7 +42,9 @@ class PlanStage:
     """One stage of a plan: layers [first_layer, end_layer) on ``devices``
     (replica k is the k-th lowest), with its costs per micro-batch (ms,
     slowest replica), gradient allreduce per iteration (ms), micro-batches
-    alive at peak and peak memory per device (bytes)."""
+    alive at peak, peak memory per device (bytes) and the activation bytes
+    one micro-batch keeps alive on one device (``activation_bytes``: the
+    ``act_bytes`` of a byte-capped ``bounded`` or ``zb-auto`` schedule)."""
     first_layer: int
     end_layer: int
     first_name: str | None
@@ -55,6 +57,7 @@ class PlanStage:
     inflight: int
     memory_bytes: int
     parameter_bytes: float
+    activation_bytes: int = 0
 
     @property
     def replicas(self) -> int:
@@ -114,7 +117,8 @@ class Plan:
                 fn, ln = e.get("first_name"), e.get("last_name")
             st.append(PlanStage(c.first_layer, c.last_layer + 1, fn, ln, _devices(c.devices),
                                 c.forward_ms, c.backward_ms, c.send_ms, c.allreduce_ms,
-                                c.inflight, c.memory_bytes, c.parameter_bytes))
+                                c.inflight, c.memory_bytes, c.parameter_bytes,
+                                c.activation_bytes))
         self.stage_info: list[PlanStage] = st
         """Per-stage details (PlanStage)."""
 

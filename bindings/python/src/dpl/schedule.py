@@ -32,8 +32,12 @@ __all__ = ["Action", "StageCost", "Schedule", "ScheduleIssue", "ScheduleError",
            "schedule", "KINDS", "POLICIES"]
 
 #: Action kinds in the order of ``enum dpl_action_kind`` (stable).
+#: UNSHARD, RESHARD, WAIT_REDUCE_GRAD and WAIT_SEND_* are PyTorch's lowered
+#: kinds; OVERLAP_F_B marks that the next F and B (or I) run as one pair
+#: (see ``dpl/schedule.h``).
 KINDS = ("F", "B", "I", "W", "SEND_F", "RECV_F", "SEND_B", "RECV_B",
-         "REDUCE_GRAD", "STEP")
+         "REDUCE_GRAD", "STEP", "UNSHARD", "RESHARD", "WAIT_REDUCE_GRAD",
+         "WAIT_SEND_F", "WAIT_SEND_B", "OVERLAP_F_B")
 #: Policy names in the order of ``enum dpl_policy``; all but "custom" build.
 POLICIES = ("gpipe", "1f1b", "1f1b-comm", "bounded", "interleaved", "zb-h1",
             "custom", "looped-bfs", "interleaved-zb", "zbv", "zb-h2", "zb-auto",
@@ -41,7 +45,8 @@ POLICIES = ("gpipe", "1f1b", "1f1b-comm", "bounded", "interleaved", "zb-h1",
 #: Policies that take ``chunks`` V >= 2; zbv and dualpipev always have 2.
 _CHUNKED = ("interleaved", "looped-bfs", "interleaved-zb")
 _KIND_INDEX = {k: i for i, k in enumerate(KINDS)}
-_NO_MB = ("REDUCE_GRAD", "STEP")
+_NO_MB = ("REDUCE_GRAD", "STEP", "UNSHARD", "RESHARD", "WAIT_REDUCE_GRAD",
+          "OVERLAP_F_B")
 _ESCHED, _EDEADLOCK = -4002, -4003
 
 
@@ -51,7 +56,8 @@ class Action:
 
     ``kind`` is one of :data:`KINDS`; ``stage`` the global stage index (the
     sender's for SEND_*, the receiver's for RECV_*, as in PyTorch);
-    ``microbatch`` the micro-batch, None exactly for REDUCE_GRAD and STEP.
+    ``microbatch`` the micro-batch, None exactly for REDUCE_GRAD, STEP,
+    UNSHARD, RESHARD, WAIT_REDUCE_GRAD and OVERLAP_F_B.
     ``str(a)`` is PyTorch's notation (``dpl_action_format``); the inverse
     is :meth:`parse`. Immutable and hashable. Raises TypeError for
     wrong types and InvalidArgument naming a bad kind or index.
@@ -362,7 +368,8 @@ class Schedule:
         return c
 
     def _compute_only(self) -> "Schedule":
-        lists = [[a for a in l if a.is_compute] for l in self.lists()]
+        lists = [[a for a in l if a.is_compute or a.kind == "OVERLAP_F_B"]
+                 for l in self.lists()]
         s = Schedule.from_lists(self.ranks, self.stages, self.microbatches, lists,
                                 self.stage_ranks, policy=self.policy)
         for st in range(self.stages):
@@ -390,21 +397,32 @@ class Schedule:
         raise ScheduleError(rc, err.name, msg, [issue])
 
     # -- files ------------------------------------------------------------
-    def to_csv(self, comms: bool = False) -> str:
-        """PyTorch's CSV form: one line per rank, actions comma separated.
+    def to_csv(self, comms: bool | str = False) -> str:
+        """PyTorch's CSV form: one line per rank, actions comma separated
+        (an OVERLAP_F_B pair as PyTorch's ``(0F7;7B3)OVERLAP_F_B`` field).
 
         ``comms=False`` writes the compute actions only (PyTorch's
         compute-only format, what ``_load_csv`` reads); ``comms=True`` the
-        lowered lists (this schedule's, or those of ``self.lower()`` when it
-        is not lowered). Raises InvalidArgument when a rank has no action
-        or a stage none (a CSV places each stage by the line holding it).
+        lowered lists as dpl runs them (this schedule's, or those of
+        ``self.lower()`` when it is not lowered); ``comms="pytorch"`` the
+        lowered lists in the form PyTorch's ``_PipelineScheduleRuntime``
+        runs with ``_load_csv(path, format="compute_comms")``: no STEP, a
+        WAIT_REDUCE_GRAD after each REDUCE_GRAD and one WAIT_SEND_F/B per
+        send (``dpl_schedule_write_csv_comms``). Raises InvalidArgument
+        when a rank has no action or a stage none (a CSV places each stage
+        by the line holding it) or for another ``comms`` value.
         """
+        if comms not in (False, True, "pytorch"):
+            raise _bad(f"to_csv: comms must be False, True or 'pytorch' (got {comms!r})")
         if comms and not self.lowered:
             with self.lower() as low:
-                return low.to_csv(comms=True)
+                return low.to_csv(comms=comms)
         if not comms and self.lowered:
             with self._compute_only() as c:
                 return c.to_csv()
+        if comms == "pytorch":
+            fn = capi.csv().dpl_schedule_write_csv_comms
+            return capi.write_to_string(lambda f: fn(self._ptr, f))
         fn = capi.csv().dpl_schedule_write_csv
         return capi.write_to_string(lambda f: fn(self._ptr, f))
 

@@ -161,6 +161,22 @@ struct dpl_stage_ops {
 	/* step - apply the summed gradients (the optimizer) and clear them
 	 * for the next iteration. Mandatory. */
 	int (*step)(void *user, uint32_t stage, uint64_t iteration);
+
+	/*
+	 * overlap - run a forward and a backward together (DualPipeV's
+	 * OVERLAP_F_B pairs, see dpl/schedule.h): `f` is the forward's
+	 * arguments, as forward() would get them, `b` the backward's (its
+	 * kind is the schedule's: B, or I for a split backward), as
+	 * backward() or backward_input() would get them; both inputs are
+	 * there when it is called, and on return both outputs must be
+	 * written, as the two callbacks would have. Optional (a member
+	 * past `size`, or NULL): the runner then calls forward and then the
+	 * backward. Called only when both parts have samples on this
+	 * replica; otherwise the one that has runs through its own callback.
+	 * Same threads, errors and device rules as the others.
+	 */
+	int (*overlap)(void *user, const struct dpl_stage_args *f,
+		       const struct dpl_stage_args *b);
 };
 
 /* Default bound on every wait of a runner. */

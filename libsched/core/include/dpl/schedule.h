@@ -42,8 +42,52 @@ enum dpl_action_kind {
 	DPL_ACT_RECV_B = 7,      /* receive stage + 1's input gradient */
 	DPL_ACT_REDUCE_GRAD = 8, /* reduce the stage's gradients over replicas */
 	DPL_ACT_STEP = 9,        /* optimizer step of the stage */
-	DPL_ACT__COUNT = 10
+	DPL_ACT_UNSHARD = 10,    /* gather the stage's sharded parameters */
+	DPL_ACT_RESHARD = 11,    /* free them again */
+	DPL_ACT_WAIT_REDUCE_GRAD = 12, /* wait for the stage's REDUCE_GRAD */
+	DPL_ACT_WAIT_SEND_F = 13, /* wait until a SEND_F completed */
+	DPL_ACT_WAIT_SEND_B = 14, /* wait until a SEND_B completed */
+	DPL_ACT_OVERLAP_F_B = 15, /* the next F and B (or I) run together */
+	DPL_ACT__COUNT = 16
 };
+
+/*
+ * The kinds PyTorch's lowered ("compute_comms") schedules hold besides
+ * dpl's, kept in the lists as PyTorch wrote them so files go back
+ * unchanged. What the runner does with each:
+ *
+ * - UNSHARD / RESHARD (stage, no micro-batch): FSDP's parameter
+ *   gathering. dpl's stages own their parameters whole, so the runner
+ *   skips both (it counts them in its statistics and trace). The
+ *   validator holds them to PyTorch's rule: per stage they alternate,
+ *   UNSHARD first, and on a stage that has them every F, B, I and W runs
+ *   between an UNSHARD and the next RESHARD.
+ * - WAIT_REDUCE_GRAD (stage, no micro-batch): waits until the stage's
+ *   gradient reduction, started by its REDUCE_GRAD, has finished. At most
+ *   one per stage, after its REDUCE_GRAD and before its STEP. Without one
+ *   the STEP waits, as it always has.
+ * - WAIT_SEND_F / WAIT_SEND_B (stage and micro-batch of the send): wait
+ *   until that SEND_F / SEND_B completed (its buffer may be reused). At
+ *   most one per send, after it. Without one the runner retires the send
+ *   itself (when the buffer is needed, and at the end of every step).
+ * - OVERLAP_F_B (PyTorch's compound "(0F7;7B3)OVERLAP_F_B", DualPipeV):
+ *   a marker whose `stage` is that of the forward it pairs and whose
+ *   micro-batch is DPL_NO_MICROBATCH. The two actions right after it in
+ *   the list are its parts, in order: an F, then a B or I, both of stages
+ *   on this rank (in lowered lists the receives both need come before the
+ *   marker and the sends they make after the second part). The runner
+ *   calls the stage callbacks' `overlap` member once for the pair when
+ *   they have one, else the forward and then the backward, as PyTorch's
+ *   runtime does without a registered OVERLAP_F_B function; the
+ *   simulator times the parts one after the other. Its text form alone
+ *   is "<stage>OVERLAP_F_B" (messages, JSON); the CSV form joins the
+ *   marker and its parts into PyTorch's one field.
+ *
+ * PyTorch's lowered lists carry no STEP (its optimizer step lies outside
+ * the schedule); a lowered list without a STEP for one of its stages is
+ * valid, and the runner then steps that stage after the rank's last
+ * action.
+ */
 
 /* Micro-batch field of actions that have none (REDUCE_GRAD, STEP). */
 #define DPL_NO_MICROBATCH UINT32_MAX
@@ -290,7 +334,9 @@ DPL_EXTERN int dpl_schedule_map_stage(dpl_schedule *s, uint32_t stage,
  * dpl_schedule_append - append one action to a rank's list. Checks only
  * that rank, stage and micro-batch are in range and that the stage lives
  * on that rank (DPL_EINVAL otherwise); dpl_schedule_validate() checks the
- * rest. A lowered schedule stays lowered. DPL_ENOMEM when growing fails
+ * rest. Appending any kind but F, B, I, W and the OVERLAP_F_B marker
+ * marks the schedule lowered; a lowered schedule stays lowered.
+ * DPL_ENOMEM when growing fails
  * (the list is then unchanged).
  */
 DPL_EXTERN int dpl_schedule_append(dpl_schedule *s, uint32_t rank,
@@ -353,7 +399,9 @@ DPL_EXTERN int dpl_schedule_set_cap(dpl_schedule *s, uint32_t stage,
 DPL_EXTERN uint32_t dpl_schedule_cap(const dpl_schedule *s, uint32_t stage);
 
 /*
- * dpl_schedule_lower - add communication and gradient reduction in place:
+ * dpl_schedule_lower - add communication and gradient reduction in place
+ * (an OVERLAP_F_B pair stays together: the receives of both parts go
+ * before its marker, their sends after its second part):
  * SEND_F after each forward whose next stage lives on another rank and
  * the matching RECV_F on that rank, SEND_B / RECV_B likewise for input
  * gradients, one REDUCE_GRAD after each stage's last backward (B or W)
@@ -390,6 +438,11 @@ struct dpl_schedule_issue {
  *     its producer, one REDUCE_GRAD per stage after its last backward,
  *     one STEP per stage after its REDUCE_GRAD; compute-only lists hold
  *     none of these;
+ *  7. (rule checked with 1) the kinds after DPL_ACT_STEP as described
+ *     above their enum: UNSHARD/RESHARD alternate per stage with compute
+ *     between them, WAIT_REDUCE_GRAD once after its REDUCE_GRAD and before
+ *     the STEP, WAIT_SEND_* once after its send (these four in lowered
+ *     lists only), and every OVERLAP_F_B followed by its F and its B or I;
  *  6. the lists cannot deadlock: an untimed simulation where a compute
  *     action waits for its inputs and, in lowered lists, a send completes
  *     only once the peer has posted the matching receive (rendezvous)

@@ -52,17 +52,32 @@ static void check_world(struct toy_world *w, const char *what)
 	}
 }
 
+static void run_case_ex(enum dpl_policy pol, const struct layout *l,
+			uint32_t mb, uint64_t batch, const char *options,
+			bool overlap, bool comms);
+
 static void run_case(enum dpl_policy pol, const struct layout *l,
 		     uint32_t mb, uint64_t batch, const char *options)
+{
+	run_case_ex(pol, l, mb, batch, options, false, false);
+}
+
+/* run_case, with stage callbacks that have an overlap member, and/or the
+ * schedule as dpl_schedule_write_csv_comms writes it for PyTorch. */
+static void run_case_ex(enum dpl_policy pol, const struct layout *l,
+			uint32_t mb, uint64_t batch, const char *options,
+			bool overlap, bool comms)
 {
 	struct toy_world *w = calloc(1, sizeof *w);
 	char what[160];
 	uint32_t i;
 	int rc;
 
-	snprintf(what, sizeof what, "%s on %s, M=%u, B=%llu, %s",
+	snprintf(what, sizeof what, "%s on %s, M=%u, B=%llu, %s%s%s",
 		 dpl_policy_name(pol), l->name, mb, (unsigned long long)batch,
-		 options ? options : "default transport options");
+		 options ? options : "default transport options",
+		 overlap ? ", overlap callback" : "",
+		 comms ? ", PyTorch comms lists" : "");
 	w->cfg.world = what;
 	w->cfg.options = options;
 	w->cfg.policy = pol;
@@ -73,13 +88,42 @@ static void run_case(enum dpl_policy pol, const struct layout *l,
 	w->cfg.fail_rank = w->cfg.silent_rank = w->cfg.leave_rank = -1;
 	if (pol == DPL_POLICY_BOUNDED)
 		w->cfg.cap = 2;
-	if (pol == DPL_POLICY_INTERLEAVED)
+	if (dpl_policy_chunks(pol) == 1)
 		w->cfg.chunks = 2;
+	w->cfg.overlap = overlap;
+	w->cfg.pytorch_comms = comms;
 	for (i = 0; i < 4; i++)
 		w->cfg.replicas[i] = l->replicas[i];
 	rc = toy_run(w);
 	cr_assert_eq(rc, 0, "%s: %s", what, dpl_last_error());
 	check_world(w, what);
+	for (i = 0; i < w->world; i++) {
+		struct toy_rank *r = &w->res[i];
+		uint64_t pairs = r->st.count[DPL_ACT_OVERLAP_F_B];
+		uint32_t held = 0, s;
+
+		for (s = 0; s < w->nstages; s++)
+			held += r->holds[s];
+		/* Every stage stepped once per iteration, STEP or not. */
+		cr_assert_eq(r->steps_called, held * w->cfg.iterations,
+			     "%s: rank %u stepped %u times", what, i,
+			     r->steps_called);
+		/* The callback ran for each pair whose parts both had
+		 * samples here, never more; without it, never. */
+		if (overlap)
+			cr_assert_leq(r->overlaps, pairs, "%s", what);
+		else
+			cr_assert_eq(r->overlaps, 0, "%s", what);
+		if (overlap && pol == DPL_POLICY_DUALPIPEV && batch >= 4 * mb)
+			cr_assert_eq(r->overlaps, pairs, "%s: rank %u", what,
+				     i);
+		if (comms)
+			cr_assert_eq(r->st.count[DPL_ACT_WAIT_SEND_F] +
+					     r->st.count[DPL_ACT_WAIT_SEND_B],
+				     r->st.count[DPL_ACT_SEND_F] +
+					     r->st.count[DPL_ACT_SEND_B],
+				     "%s: rank %u", what, i);
+	}
 	toy_free(w);
 	free(w);
 }
@@ -164,6 +208,47 @@ Test(runner, interleaved_moves_every_value_right, .timeout = 120)
 Test(runner, zb_h1_moves_every_value_right, .timeout = 120)
 {
 	run_policy(DPL_POLICY_ZB_H1);
+}
+
+/*
+ * DualPipeV's OVERLAP_F_B pairs: through the stage callbacks' overlap
+ * member and without it, on the pipeline and pipeline x data-parallel
+ * layouts, with M below and above 2S, and the lowered lists as PyTorch's
+ * runtime would get them (dpl_schedule_write_csv_comms: WAIT_SEND_*,
+ * WAIT_REDUCE_GRAD, no STEP) -- every value still checked.
+ */
+Test(runner, dualpipev_pairs_move_every_value_right, .timeout = 180)
+{
+	static const uint32_t ls[] = {0, 2, 3};
+	static const char *const options[2] = {NULL, "eager=0"};
+
+	for (size_t k = 0; k < 2; k++)
+		for (size_t i = 0; i < 3; i++) {
+			const struct layout *l = &layouts[ls[i]];
+			uint32_t m = 4 * l->stages;
+
+			run_case_ex(DPL_POLICY_DUALPIPEV, l, m, 4 * m + 3,
+				    options[k], true, false);
+			run_case_ex(DPL_POLICY_DUALPIPEV, l, m, 4 * m + 3,
+				    options[k], false, false);
+			run_case_ex(DPL_POLICY_DUALPIPEV, l, 3, 5, options[k],
+				    true, true);
+			run_case_ex(DPL_POLICY_DUALPIPEV, l, m, 4 * m, options[k],
+				    true, true);
+		}
+}
+
+/* The newer policies through PyTorch's lowered form. */
+Test(runner, pytorch_comms_lists_move_every_value_right, .timeout = 180)
+{
+	static const enum dpl_policy pols[] = {
+	    DPL_POLICY_1F1B, DPL_POLICY_INTERLEAVED, DPL_POLICY_LOOPED_BFS,
+	    DPL_POLICY_INTERLEAVED_ZB, DPL_POLICY_ZBV, DPL_POLICY_ZB_H1};
+
+	for (size_t p = 0; p < sizeof pols / sizeof pols[0]; p++) {
+		run_case_ex(pols[p], &layouts[0], 8, 11, "eager=0", false, true);
+		run_case_ex(pols[p], &layouts[2], 5, 9, NULL, false, true);
+	}
 }
 
 Test(runner, single_rank_world_runs_without_a_transport)

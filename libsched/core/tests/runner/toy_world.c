@@ -1,6 +1,8 @@
 /* toy_world.c - see toy_world.h. */
 #include "toy_world.h"
 
+#include <dpl/csv.h>
+
 void (*toy_step_enter)(void);
 uint64_t (*toy_step_leave)(void);
 
@@ -148,7 +150,23 @@ static int toy_step(void *u, uint32_t stage, uint64_t it)
 			return bad(t, "wrong reduced gradient", &a);
 		}
 	memset(t->g[stage], 0, sizeof t->g[stage]);
+	t->res->steps_called++;
 	return 0;
+}
+
+/* The pair of an OVERLAP_F_B: both callbacks, one after the other. */
+static int toy_overlap(void *u, const struct dpl_stage_args *f,
+		       const struct dpl_stage_args *b)
+{
+	struct toy *t = u;
+	int rc = toy_forward(u, f);
+
+	if (rc != 0)
+		return rc;
+	if (b->grad_input == NULL && b->stage > 0)
+		return bad(t, "overlap without the backward's grad_input", b);
+	t->res->overlaps++;
+	return toy_backward(u, b);
 }
 
 static const struct dpl_stage_ops toy_ops = {
@@ -162,6 +180,10 @@ static const struct dpl_stage_ops toy_ops = {
 	.grads = toy_grads,
 	.step = toy_step,
 };
+
+/* toy_ops with the overlap member; filled by toy_run() before any rank
+ * thread starts. */
+static struct dpl_stage_ops toy_ops_overlap;
 
 struct targ {
 	struct toy_world *w;
@@ -202,7 +224,7 @@ static void *rank_main(void *arg)
 		rp.timeout_ms = w->cfg.timeout_ms;
 		rp.batch = w->cfg.batch;
 		rp.activation_bytes = act;
-		rp.stage_ops = &toy_ops;
+		rp.stage_ops = w->cfg.overlap ? &toy_ops_overlap : &toy_ops;
 		rp.stage_user = toy;
 		rp.transport = t;
 		rp.trace_capacity = w->cfg.trace_capacity;
@@ -261,6 +283,29 @@ static void *rank_main(void *arg)
 
 static void *transports[TOY_MAX_RANKS];
 
+/* Replace w->sched by its PyTorch compute_comms CSV, read back. */
+static int to_pytorch_comms(struct toy_world *w)
+{
+	char *buf = NULL;
+	size_t n = 0;
+	FILE *f = open_memstream(&buf, &n);
+	dpl_schedule *s = NULL;
+	int rc;
+
+	if (f == NULL)
+		return DPL_ENOMEM;
+	rc = dpl_schedule_write_csv_comms(w->sched, f);
+	fclose(f);
+	if (rc == 0)
+		rc = dpl_schedule_read_csv(buf, n, &s);
+	free(buf);
+	if (rc != 0)
+		return rc;
+	dpl_schedule_destroy(w->sched);
+	w->sched = s;
+	return 0;
+}
+
 int toy_run(struct toy_world *w)
 {
 	struct dpl_schedule_params sp = {0};
@@ -269,6 +314,9 @@ int toy_run(struct toy_world *w)
 	uint32_t i;
 	int rc;
 
+	toy_ops_overlap = toy_ops;
+	toy_ops_overlap.name = "toy-overlap";
+	toy_ops_overlap.overlap = toy_overlap;
 	sp.stages = w->cfg.stages;
 	sp.microbatches = w->cfg.microbatches;
 	sp.policy = w->cfg.policy;
@@ -277,6 +325,8 @@ int toy_run(struct toy_world *w)
 	if ((rc = dpl_schedule_build(&sp, &w->sched)) != 0)
 		return rc;
 	if ((rc = dpl_schedule_lower(w->sched)) != 0)
+		return rc;
+	if (w->cfg.pytorch_comms && (rc = to_pytorch_comms(w)) != 0)
 		return rc;
 	for (i = 0; i < dpl_schedule_ranks(w->sched); i++)
 		if (w->cfg.replicas[i] == 0)

@@ -47,6 +47,11 @@ struct toy_cfg {
 	size_t trace_capacity;
 	const struct dpl_transport_ops *ops; /* NULL: dpl_transport_inproc */
 	const char *options;     /* the transport's, or NULL */
+	bool overlap;            /* stage callbacks with an overlap member */
+	bool pytorch_comms;      /* run the lowered schedule as written by
+				    dpl_schedule_write_csv_comms (no STEP,
+				    WAIT_SEND_* and WAIT_REDUCE_GRAD) and
+				    read back */
 };
 
 struct toy_rank {
@@ -62,6 +67,8 @@ struct toy_rank {
 	bool holds[TOY_MAX_STAGES];
 	struct dpl_runner_stats st;
 	uint64_t allocs_in_step; /* set by the allocation test */
+	uint32_t overlaps;       /* overlap callbacks run */
+	uint32_t steps_called;   /* step callbacks run, all stages */
 	dpl_runner *runner;      /* kept when trace_capacity > 0 */
 };
 

@@ -20,7 +20,13 @@ extern "C" {
  * CSV in PyTorch's format: one line per rank, in rank order, its actions
  * in order, comma separated, nothing else on the line. PyTorch writes its
  * bubbles (None) as empty fields; they are skipped on reading and never
- * written. A file with SEND/RECV actions loads as lowered.
+ * written. A file with SEND/RECV actions loads as lowered. Every
+ * action PyTorch writes loads, its comms kinds (UNSHARD, RESHARD,
+ * WAIT_REDUCE_GRAD, WAIT_SEND_F, WAIT_SEND_B) included; PyTorch's
+ * compound field "(0F7;7B3)OVERLAP_F_B" loads as the OVERLAP_F_B marker
+ * and its two parts (it must pair an F with a B or I) and is written
+ * back in that form, so a file read and written again is unchanged
+ * (line ends aside).
  *
  * dpl_schedule_write_csv writes to `f`; DPL_EIO when writing fails.
  * dpl_schedule_read_csv parses `len` bytes of `text`; ranks = lines,
@@ -32,6 +38,24 @@ extern "C" {
 DPL_EXTERN int dpl_schedule_write_csv(const dpl_schedule *s, FILE *f);
 DPL_EXTERN int dpl_schedule_read_csv(const char *text, size_t len,
 				     dpl_schedule **out);
+
+/*
+ * dpl_schedule_write_csv_comms - write lowered schedule `s` to `f` in the
+ * form PyTorch's _PipelineScheduleRuntime._load_csv(path,
+ * format="compute_comms") runs as it is: every action but STEP (PyTorch
+ * steps outside the schedule), a WAIT_REDUCE_GRAD right after each
+ * REDUCE_GRAD, and one wait per send: WAIT_SEND_F(s, j) right after the
+ * rank's backward (B or I, or the OVERLAP_F_B pair holding it) of (s, j),
+ * which proves the peer took the activation, and the waits of the other
+ * sends at the end of the line, in the order sent -- PyTorch's own rule
+ * (_add_wait_send). Waits the schedule already holds stay as they are
+ * and are not doubled, so a file read from PyTorch's comms CSV comes
+ * back unchanged. The schedule is validated first. Errors: DPL_EINVAL
+ * (NULL, not lowered), the validator's DPL_ESCHED / DPL_EDEADLOCK,
+ * DPL_ERANGE, DPL_ENOMEM (nothing written for these), DPL_EIO when
+ * writing fails. Blocking only on `f`; thread-safe for distinct files.
+ */
+DPL_EXTERN int dpl_schedule_write_csv_comms(const dpl_schedule *s, FILE *f);
 
 #ifdef __cplusplus
 }

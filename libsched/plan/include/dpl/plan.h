@@ -307,6 +307,11 @@ struct dpl_plan_stage {
 	uint32_t inflight;       /* micro-batches alive at peak */
 	uint64_t memory_bytes;   /* peak per device */
 	double parameter_bytes;  /* weights of the stage */
+	uint64_t activation_bytes; /* activations one micro-batch keeps
+				      alive on one device of the stage (its
+				      layers' activations for ceil(mb / R)
+				      samples): the --act-bytes figure of
+				      `bounded` and `zb-auto` byte caps */
 };
 
 /*

@@ -11,7 +11,10 @@
  *     2 (n - 1) / n * bytes / ar_bandwidth + 2 (n - 1) * ar_latency;
  * the stage's STEP waits for that reduction. Lowered and compute-only
  * schedules simulate the same (communication actions cost nothing by
- * themselves; the links carry their time).
+ * themselves; the links carry their time). PyTorch's UNSHARD, RESHARD,
+ * WAIT_SEND_* and WAIT_REDUCE_GRAD cost nothing either, and an
+ * OVERLAP_F_B pair runs its two parts one after the other, as dpl's
+ * runner and PyTorch's runtime do without an overlap callback.
  *
  * Output: makespan, bubble fraction, per-rank busy time, per-stage peak
  * in-flight micro-batches and peak activation bytes, every compute and
