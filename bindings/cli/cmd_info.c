@@ -115,6 +115,8 @@ static cJSON *caps_transport(uint64_t caps)
 		cJSON_AddItemToArray(a, cJSON_CreateString("peer-failure"));
 	if (caps & DPL_TRANSPORT_CAP_MEM_CUDA)
 		cJSON_AddItemToArray(a, cJSON_CreateString("mem-cuda"));
+	if (caps & DPL_TRANSPORT_CAP_IN_PROCESS)
+		cJSON_AddItemToArray(a, cJSON_CreateString("in-process"));
 	return a;
 }
 

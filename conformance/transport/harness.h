@@ -199,6 +199,28 @@ void conf_set_wait(struct tj_rank *rk, struct conf_set *s,
 void conf_exchange(struct tj_rank *rk, uint32_t peer, uint64_t tag,
 		   size_t len, uint64_t seed);
 
+/*
+ * Counting allocator hooks (alloc_count.c): the battery's executable
+ * replaces malloc, calloc, realloc, free and the aligned allocators of
+ * the whole process (forwarding to glibc's), and counts their calls
+ * while armed. conf_alloc_hooked() - whether the hooks see the
+ * libraries' allocations (false under AddressSanitizer or
+ * ThreadSanitizer and off glibc; checked with strdup), and resets the
+ * count. conf_alloc_arm(true/false) - arm or disarm (nested: counting
+ * runs while any rank of the process has armed it); the count is of the
+ * whole process, every thread. conf_alloc_calls() - calls counted since
+ * the last reset; `first` gets the first one, e.g. "malloc(64)".
+ * conf_alloc_reset() - zero the count, and find the code of the
+ * libraries DPL_CONF_ALLOC_ALLOW names (comma-separated parts of their
+ * file names, e.g. "libfabric"): their own calls are counted apart, in
+ * conf_alloc_allowed(). Thread-safe; the hooks never allocate.
+ */
+bool conf_alloc_hooked(void);
+void conf_alloc_arm(bool on);
+void conf_alloc_reset(void);
+unsigned long long conf_alloc_calls(char *first, size_t size);
+unsigned long long conf_alloc_allowed(void);
+
 /* Skip unless the backend declares a capability. */
 #define CONF_REQUIRE_CAP(cap, what)                                          \
 	do {                                                                 \

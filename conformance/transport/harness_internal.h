@@ -5,6 +5,8 @@
 #ifndef DPL_CONF_HARNESS_INTERNAL_H
 #define DPL_CONF_HARNESS_INTERNAL_H
 
+#include <stdio.h>
+
 #include "harness.h"
 
 /* The battery's state of a rank (rk->ext, set by conf_run). */
@@ -20,5 +22,14 @@ static inline struct conf_ext *conf__ext(struct tj_rank *rk)
 
 /* Fail the rank if its exchange's guard recorded a forbidden use. */
 void conf__oob_check(struct tj_rank *rk);
+
+/*
+ * conf__report_xml - Criterion's reporter for --xml=FILE (report_xml.c):
+ * main() registers it under the name "xml" in place of Criterion's own,
+ * which drops the reasons of skipped tests. Writes the whole report to
+ * `f`; called once, by Criterion, after the run.
+ */
+struct criterion_global_stats;
+void conf__report_xml(FILE *f, struct criterion_global_stats *st);
 
 #endif /* DPL_CONF_HARNESS_INTERNAL_H */

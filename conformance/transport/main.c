@@ -7,16 +7,24 @@
  *                             a world name in params.world (name)
  *   --options STRING          the backend's options for every init
  * Each sets the DPL_CONF_* variable of the same meaning, so the tests
- * (which Criterion runs in fresh processes) see it.
+ * (which Criterion runs in fresh processes) see it. Without --ranks (or
+ * DPL_CONF_RANKS) the runner asks init how the module's ranks run
+ * (probe_ranks). --xml=FILE is written by report_xml.c, with the reasons
+ * of skipped tests.
  */
 #define _POSIX_C_SOURCE 200809L
-#include <criterion/criterion.h>
-
 #include <stdio.h>
+
+#include <criterion/criterion.h>
+#include <criterion/output.h>
+
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
-#include "harness.h"
+#include <dpl/transport_load.h>
+
+#include "harness_internal.h"
 
 static const struct {
 	const char *flag;
@@ -86,6 +94,39 @@ static int take_flags(int argc, char **argv, int *help)
 	return out;
 }
 
+/*
+ * When the registration does not say how the module's ranks run
+ * (DPL_CONF_RANKS unset, as when the battery is run by hand), the table
+ * says it: DPL_TRANSPORT_CAP_IN_PROCESS means threads of one process that
+ * meet through params.world, else processes that need the host's
+ * exchange. The answer goes into DPL_CONF_RANKS (and DPL_CONF_BOOTSTRAP,
+ * when unset) for the test workers, once per run.
+ */
+static void probe_ranks(void)
+{
+	const struct dpl_transport_ops *o = conf_linked_table();
+	const char *path = getenv("DPL_CONF_TRANSPORT");
+	bool threads;
+
+	if (getenv("DPL_CONF_RANKS") != NULL && *getenv("DPL_CONF_RANKS"))
+		return;
+	if (path != NULL && *path != '\0' && dpl_transport_load(path, &o) != 0)
+		return; /* every test reports the load's error */
+	if (o == NULL)
+		return;
+	threads = (o->caps & DPL_TRANSPORT_CAP_IN_PROCESS) != 0;
+	setenv("DPL_CONF_RANKS", threads ? "threads" : "processes", 1);
+	if (getenv("DPL_CONF_BOOTSTRAP") == NULL || !*getenv("DPL_CONF_BOOTSTRAP"))
+		setenv("DPL_CONF_BOOTSTRAP", threads ? "name" : "tcp", 1);
+	fprintf(stderr,
+		"dpl-conformance: DPL_CONF_RANKS unset: %s's table %s "
+		"DPL_TRANSPORT_CAP_IN_PROCESS, so its ranks run as %s "
+		"(DPL_CONF_RANKS=%s, DPL_CONF_BOOTSTRAP=%s)\n",
+		o->name, threads ? "sets" : "does not set",
+		threads ? "threads" : "processes", getenv("DPL_CONF_RANKS"),
+		getenv("DPL_CONF_BOOTSTRAP"));
+}
+
 /* Criterion's sandbox finds the program's main through the symbol table
  * when it starts a test worker, so main keeps default visibility. */
 __attribute__((visibility("default"))) int main(int argc, char *argv[]);
@@ -110,7 +151,11 @@ int main(int argc, char *argv[])
 		usage(stderr, argv[0]);
 		return 2;
 	}
+	if (!help)
+		probe_ranks();
 	tests = criterion_initialize();
+	/* after criterion_initialize(), which registers Criterion's own */
+	criterion_register_output_provider("xml", conf__report_xml);
 	if (criterion_handle_args(argc, argv, true))
 		result = !criterion_run_all_tests(tests);
 	criterion_finalize(tests);

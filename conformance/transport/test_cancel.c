@@ -147,6 +147,7 @@ static void race_rank(struct tj_rank *rk)
 	void *rq = tj_reqs(rk, 2);
 	unsigned k, spins, done = 0, cancelled = 0, i;
 	uint64_t sentinel = 999999;
+	unsigned redo_ms = conf_timeout_ms() / 2;
 	int rc;
 
 	for (k = 0; k < a->rounds; k++) {
@@ -191,8 +192,16 @@ static void race_rank(struct tj_rank *rk)
 				k);
 			conf_recv(rk, tj_req(rk, rq, 1), 0, 11, buf, len,
 				  NULL);
-			rc = tj_wait(rk, tj_req(rk, rq, 1), 0,
-				     "the message of a cancelled receive");
+			/* Its sender is waiting for it: it comes at once,
+			 * unless the cancelled receive took it. */
+			rc = tj_wait(rk, tj_req(rk, rq, 1), redo_ms, NULL);
+			TJ_CHECK(rk, rc != DPL_EAGAIN,
+				 "round %u: a receive was reported cancelled "
+				 "but its message did not reach the next "
+				 "receive within %u ms: the cancel reported "
+				 "DPL_ECANCELED for a receive that had "
+				 "completed",
+				 k, redo_ms);
 			TJ_CHECK(rk, rc == 0,
 				 "round %u: the message whose receive was "
 				 "cancelled did not reach the next receive: "

@@ -41,14 +41,24 @@ struct fail_arg {
 static void expect_epeer(struct tj_rank *rk, void *req, uint64_t since,
 			 uint64_t bound, const char *what, bool may_be_done)
 {
-	uint64_t ms;
+	uint64_t ms, end_ms, now_ms;
 	int rc;
 
 	tj_step(rk, "waiting for %s to fail", what);
-	rc = tj_wait(rk, req, 0, what);
+	/* Bounded here, well before the rank's deadline, so that the rank
+	 * whose request is stuck is the one that fails and is named. */
+	end_ms = since / 1000000u + bound + 1000;
+	now_ms = dpl_clock_ns() / 1000000u;
+	rc = tj_wait(rk, req, end_ms > now_ms ? (unsigned)(end_ms - now_ms) : 1,
+		     NULL);
 	ms = (dpl_clock_ns() - since) / 1000000u;
 	if (may_be_done && rc == 0)
 		return;
+	TJ_CHECK(rk, rc != DPL_EAGAIN,
+		 "%s is still pending %llu ms after the peer died or closed "
+		 "(bound %llu ms): the transport never failed it with "
+		 "DPL_EPEER",
+		 what, (unsigned long long)ms, (unsigned long long)bound);
 	TJ_CHECK(rk, rc == DPL_EPEER, "%s: %s after %llu ms, expected "
 				      "DPL_EPEER",
 		 what, dpl_err_name(rc), (unsigned long long)ms);
@@ -296,7 +306,8 @@ static void inflight_rank(struct tj_rank *rk)
 	bool peer_failure =
 		(rk->ops->caps & DPL_TRANSPORT_CAP_PEER_FAILURE) != 0;
 	const struct fail_arg *a = rk->arg;
-	unsigned char *buf[3];
+	const size_t rsz = rk->ops->req_size;
+	unsigned char *buf[3], *saved;
 	void *rq = tj_reqs(rk, 3);
 	uint64_t closed;
 	int rc, k;
@@ -316,13 +327,27 @@ static void inflight_rank(struct tj_rank *rk)
 		tj_barrier(rk);
 		tj_step(rk, "closing with 3 requests in flight");
 		conf_close(rk);
+		/* Storage and buffers are the caller's again: the buffers
+		 * are overwritten and the storage kept as close left it, both
+		 * alive until the peer is done, so that a transport that kept
+		 * a request past close is seen (wrong data at the peer, or
+		 * storage written after close) rather than crashing. */
+		saved = tj_alloc(rk, 3 * rsz);
 		for (k = 0; k < 3; k++) {
-			memset(tj_req(rk, rq, k), 0xa5, rk->ops->req_size);
+			memcpy(saved + (size_t)k * rsz, tj_req(rk, rq, k), rsz);
 			memset(buf[k], 0x5a, k == 2 ? 64 : lens[k]);
-			free(buf[k]);
 		}
 		tj_flag_set(rk, FLAG_CLOSED, (long)dpl_clock_ns());
 		tj_barrier(rk);
+		for (k = 0; k < 3; k++) {
+			TJ_CHECK(rk, memcmp(saved + (size_t)k * rsz,
+					    tj_req(rk, rq, k), rsz) == 0,
+				 "request %d's storage was written after close "
+				 "handed it back: the transport kept the "
+				 "request past fini",
+				 k);
+			free(buf[k]);
+		}
 		return;
 	}
 	tj_barrier(rk);

@@ -18,7 +18,8 @@
 /* The cap bits ABI 2 defines. Bits 2 and 3 were CAP_ALLREDUCE and
  * CAP_WAIT in ABI 1: the optional members say it now (DPL_HAS_OP). */
 #define KNOWN_CAPS                                                           \
-	(DPL_TRANSPORT_CAP_PEER_FAILURE | DPL_TRANSPORT_CAP_MEM_CUDA)
+	(DPL_TRANSPORT_CAP_PEER_FAILURE | DPL_TRANSPORT_CAP_MEM_CUDA |        \
+	 DPL_TRANSPORT_CAP_IN_PROCESS)
 #define ABI1_CAPS ((UINT64_C(1) << 2) | (UINT64_C(1) << 3))
 
 _Static_assert(DPL_TRANSPORT_ABI_VERSION == 2,
@@ -61,6 +62,13 @@ Test(caps, table_is_sane, .timeout = 10)
 	cr_assert_eq(o->caps & ~(uint64_t)KNOWN_CAPS, 0,
 		     "caps %#llx has bits this ABI does not define",
 		     (unsigned long long)o->caps);
+	/* The battery runs the ranks as the table says (main.c). */
+	cr_assert_eq((o->caps & DPL_TRANSPORT_CAP_IN_PROCESS) != 0,
+		     conf_threads(),
+		     "CAP_IN_PROCESS is %s but the ranks run as %s "
+		     "(DPL_CONF_RANKS)",
+		     (o->caps & DPL_TRANSPORT_CAP_IN_PROCESS) ? "set" : "clear",
+		     conf_threads() ? "threads" : "processes");
 	cr_assert_geq(o->req_size, 1, "req_size is 0");
 	cr_assert_leq(o->req_size, 65536, "req_size %zu is implausible",
 		      o->req_size);

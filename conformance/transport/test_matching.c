@@ -321,7 +321,10 @@ static void mixed_rank(struct tj_rank *rk)
 	}
 	conf_set_wait(rk, &s, "large and small messages on one tag");
 	for (k = 0; k < 6; k++) {
-		TJ_CHECK(rk, s.rc[k] == 0, "%s %u (%zu bytes, %s): %s",
+		TJ_CHECK(rk, s.rc[k] == 0,
+			 "%s %u (%zu bytes, %s): %s (a receive of this "
+			 "size got another message: messages of one sender on "
+			 "one tag must match in order)",
 			 rk->rank ? "receive" : "send", k, lens[k],
 			 unexpected ? "unexpected" : "expected",
 			 dpl_err_name(s.rc[k]));
@@ -329,7 +332,8 @@ static void mixed_rank(struct tj_rank *rk)
 			bad = tj_verify(buf[k], lens[k], 300 + k);
 			TJ_CHECK(rk, bad < 0,
 				 "message %u (%zu bytes) differs at byte "
-				 "%lld",
+				 "%lld: messages of one sender on one tag "
+				 "must match in order",
 				 k, lens[k], bad);
 		}
 	}

@@ -85,6 +85,11 @@ extern "C" {
 #define DPL_TRANSPORT_CAP_MEM_CUDA (1u << 1)     /* accepts DPL_MEM_CUDA
 							    buffers */
 /* Bits 2 and 3 were CAP_ALLREDUCE and CAP_WAIT in ABI 1; never reuse. */
+#define DPL_TRANSPORT_CAP_IN_PROCESS (1u << 4)   /* the ranks of a job are
+							    threads of one process:
+							    init meets through
+							    params.world and does
+							    not need params.oob */
 
 /* Largest blob a transport hands to one dpl_oob allgather. */
 #define DPL_OOB_BLOB_MAX 4096
