@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/wait.h>
@@ -361,6 +362,20 @@ static void not_started(struct tj_job *job, uint32_t r, const char *what)
 	atomic_store(&job->run->ended[r], true);
 }
 
+/* DPL_JOB_SECRET := 64 random hex digits, for this process and the ranks
+ * it starts; false when no random bytes could be had. */
+static bool job_secret_set(void)
+{
+	unsigned char b[32];
+	char hex[65];
+
+	if (getrandom(b, sizeof b, 0) != (ssize_t)sizeof b)
+		return false;
+	for (size_t i = 0; i < sizeof b; i++)
+		snprintf(hex + 2 * i, 3, "%02x", b[i]);
+	return setenv("DPL_JOB_SECRET", hex, 0) == 0;
+}
+
 int tj_job_run(struct tj_job *job)
 {
 	struct tj_shared *sh;
@@ -414,6 +429,13 @@ int tj_job_run(struct tj_job *job)
 		return DPL_EIO;
 	}
 	snprintf(job->meet_used, sizeof job->meet_used, "%s", sh->meet);
+	/* The job's host gives its ranks a secret, as a launcher does,
+	 * unless the test chose one (or chose none) itself. */
+	if (getenv("DPL_JOB_SECRET") == NULL && !job_secret_set()) {
+		report(job, "test_job: no random bytes for the job secret: %s",
+		       strerror(errno));
+		return DPL_EIO;
+	}
 
 	/* Ranks give up a little before the job's deadline kills them. */
 	margin = run->deadline_ms / 4 < 1000 ? run->deadline_ms / 4 : 1000;

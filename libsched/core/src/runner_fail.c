@@ -47,6 +47,21 @@ int dpl__fail_peer(dpl_runner *r, int code, uint32_t peer)
 		    dpl_err_name(code));
 }
 
+int dpl__fail_post(dpl_runner *r, int code, uint32_t peer)
+{
+	char t[DPL_ACTION_TEXT_MAX], why[256];
+	const char *msg = dpl_last_error();
+
+	if (msg[0] == '\0')
+		return dpl__fail_peer(r, code, peer);
+	snprintf(why, sizeof why, "%s", msg);
+	if (r->errmsg[0] == '\0')
+		r->err_peer = peer;
+	return dpl__fail(r, code, "%s with rank %u: %s (%s): %s",
+			 dpl__act_text(r->cur, t, sizeof t), peer,
+			 dpl_strerror(code), dpl_err_name(code), why);
+}
+
 /* A failure notice from another rank: adopt it as this rank's error. */
 static int notice(dpl_runner *r, const unsigned char *m)
 {

@@ -337,6 +337,9 @@ const char *dpl__act_text(struct dpl_action a, char *buf, size_t n);
 int dpl__fail(dpl_runner *r, int code, const char *fmt, ...)
 	DPL__PRINTF(3, 4);
 int dpl__fail_peer(dpl_runner *r, int code, uint32_t peer);
+/* dpl__fail_peer for a post the transport refused, with the transport's
+ * own message (the thread's, cleared before the post) when it left one. */
+int dpl__fail_post(dpl_runner *r, int code, uint32_t peer);
 int dpl__pump_failed(dpl_runner *r, int n) DPL__COLD;
 int dpl__ring_failed(dpl_runner *r, struct dpl__lstage *ls, int rc) DPL__COLD;
 int dpl__check_ctrl(dpl_runner *r, bool first_hand);

@@ -38,6 +38,8 @@ static int post(dpl_runner *r, struct dpl__rreq *q, bool send,
 	int rc;
 
 	for (;;) {
+		/* So that a failed post's own message is the one kept. */
+		dpl__clear_error();
 		if (send)
 			rc = dpl__tp_isend(r->t, q->req, peer, tag, buf, len,
 				      r->dev->ops->mem);
@@ -47,7 +49,7 @@ static int post(dpl_runner *r, struct dpl__rreq *q, bool send,
 		if (rc == 0)
 			break;
 		if (rc != DPL_EAGAIN)
-			return dpl__fail_peer(r, rc, peer);
+			return dpl__fail_post(r, rc, peer);
 		if (deadline == 0)
 			deadline = dpl__now_ns() + r->timeout_ns;
 		if ((rc = dpl__pump(r)) < 0)

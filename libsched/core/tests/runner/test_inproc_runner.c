@@ -8,6 +8,8 @@
 #define _POSIX_C_SOURCE 200809L
 #include <criterion/criterion.h>
 
+#include <dpl/transport_hook.h>
+
 #include "ar_shim.h"
 #include "toy_world.h"
 
@@ -526,6 +528,91 @@ Test(runner, a_native_allreduce_replaces_the_ring, .timeout = 60)
 	for (i = 0; i < w->world; i++)
 		cr_assert_eq(w->res[i].st.bytes_reduced,
 			     2 * 5 * sizeof(double));
+	toy_free(w);
+	free(w);
+}
+
+/*
+ * The runner's error paths through the hook shim (dpl/transport_hook.h)
+ * over inproc: stage 0 = rank 0, stage 1 = ranks 1 and 2, stage 2 =
+ * rank 3, 1f1b, M = 4, three iterations; `faults` are the shim's options.
+ */
+static char hook_opts[256];
+
+static struct toy_world *hook_world(const char *name, const char *faults)
+{
+	struct toy_world *w = plain_world(name, DPL_POLICY_1F1B, 3, 4, 3, 8);
+
+	w->cfg.replicas[0] = 1;
+	w->cfg.replicas[1] = 2;
+	w->cfg.replicas[2] = 1;
+	w->cfg.timeout_ms = 2000;
+	snprintf(hook_opts, sizeof hook_opts, "hook.inner=inproc,%s", faults);
+	w->cfg.ops = &dpl_transport_hook_threads;
+	w->cfg.options = hook_opts;
+	cr_assert_eq(dpl_transport_hook_register(&dpl_transport_inproc), 0);
+	cr_assert_eq(toy_run(w), 0, "%s", dpl_last_error());
+	return w;
+}
+
+/* The first failed step of a rank, and its code. */
+static int first_failure(const struct toy_rank *r)
+{
+	return r->steps_ok < TOY_ITERS_MAX ? r->rc[r->steps_ok] : 0;
+}
+
+/* Without faults the shim changes nothing. */
+Test(runner, the_hook_shim_without_faults_moves_every_value_right,
+     .timeout = 60)
+{
+	struct toy_world *w = hook_world("hook-clean", "hook.trace=0");
+
+	check_world(w, "hook over inproc");
+	toy_free(w);
+	free(w);
+}
+
+Test(runner, a_failing_post_stops_every_rank_naming_it, .timeout = 60)
+{
+	struct toy_world *w = hook_world("hook-fail", "hook.rank=2,"
+					 "hook.fail_after=7,"
+					 "hook.fail_code=eio");
+
+	for (uint32_t i = 0; i < w->world; i++) {
+		struct toy_rank *r = &w->res[i];
+
+		cr_assert_lt(r->steps_ok, 3, "rank %u ran every step", i);
+		cr_assert(strstr(r->msg, "rank 2") != NULL, "rank %u: %s", i,
+			  r->msg);
+	}
+	cr_assert_eq(first_failure(&w->res[2]), DPL_EIO, "%d: %s",
+		     first_failure(&w->res[2]), w->res[2].msg);
+	cr_assert(strstr(w->res[2].msg, "failed as asked") != NULL, "%s",
+		  w->res[2].msg);
+	toy_free(w);
+	free(w);
+}
+
+Test(runner, a_dropped_peer_is_named_by_the_rank_that_lost_it,
+     .timeout = 60)
+{
+	struct toy_world *w = hook_world("hook-drop", "hook.rank=0,"
+					 "hook.drop_peer=1,"
+					 "hook.drop_after=6");
+
+	cr_assert_eq(first_failure(&w->res[0]), DPL_EPEER, "%d: %s",
+		     first_failure(&w->res[0]), w->res[0].msg);
+	cr_assert(strstr(w->res[0].msg, "rank 1") != NULL, "%s",
+		  w->res[0].msg);
+	/* Ranks 2 and 3 learn the cause from rank 0's notice. Rank 1, which
+	 * only rank 0 takes for dead (the drop is one-sided, like a
+	 * partition), never gets that notice: it stops at its own bound. */
+	for (uint32_t i = 2; i < w->world; i++)
+		cr_assert(strstr(w->res[i].msg, "rank 0 lost rank 1") != NULL,
+			  "rank %u: %s", i, w->res[i].msg);
+	cr_assert_lt(w->res[1].steps_ok, 3);
+	cr_assert_eq(first_failure(&w->res[1]), DPL_ETIMEDOUT, "%s",
+		     w->res[1].msg);
 	toy_free(w);
 	free(w);
 }
