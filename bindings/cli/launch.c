@@ -2,7 +2,7 @@
  * launch.c - local multi-process launch for `dpl train --nprocs N`: pick a
  * free loopback port for the rendezvous, fork and exec one process per
  * rank with a fresh job secret, wait for them with a bound once one
- * failed, and say which rank failed first.
+ * failed or stopped, and name the rank that caused the failure.
  */
 #define _POSIX_C_SOURCE 200809L
 #include <errno.h>
@@ -241,9 +241,13 @@ static int write_pid(const char *cmd, const char *dir, uint32_t rank,
 
 struct proc {
 	pid_t pid;
-	int status; /* waitpid status, valid when done */
+	int status;   /* waitpid status, valid when done */
 	bool done;
-	bool killed; /* by the launcher, past the grace period */
+	bool killed;  /* by the launcher: past the grace period, or stopped
+			 while every other rank had exited */
+	bool stopped; /* stopped by a signal and not continued since */
+	int stop_sig; /* the signal that stopped it, 0 when only /proc said */
+	unsigned seq; /* order in which the launcher saw it end */
 };
 
 static bool failed(const struct proc *c)
@@ -252,9 +256,32 @@ static bool failed(const struct proc *c)
 							    CLI_OK);
 }
 
-static void describe(const struct proc *c, char *buf, size_t size)
+/*
+ * How much a failed rank explains the job's failure: stopped and never
+ * continued (4), killed by a signal the launcher did not send (3), still
+ * running when the launcher gave up on it (2: no progress), failed itself
+ * (1), stopped because another rank failed (0). Ranks that exit after a
+ * timeout or a notice are consequences of a stopped or dead rank.
+ */
+static int weight(const struct proc *c)
 {
 	if (c->killed)
+		return c->stopped ? 4 : 2;
+	if (WIFSIGNALED(c->status))
+		return 3;
+	return WEXITSTATUS(c->status) == CLI_PEER_FAILED ? 0 : 1;
+}
+
+static void describe(const struct proc *c, char *buf, size_t size)
+{
+	if (c->killed && c->stopped && c->stop_sig != 0)
+		snprintf(buf, size, "stopped responding (stopped by signal %d "
+			 "(%s) and never continued; killed)", c->stop_sig,
+			 strsignal(c->stop_sig));
+	else if (c->killed && c->stopped)
+		snprintf(buf, size, "stopped responding (stopped by a signal "
+			 "and never continued; killed)");
+	else if (c->killed)
 		snprintf(buf, size, "did not exit in time and was killed");
 	else if (WIFSIGNALED(c->status))
 		snprintf(buf, size, "was killed by signal %d (%s)",
@@ -264,6 +291,24 @@ static void describe(const struct proc *c, char *buf, size_t size)
 	else
 		snprintf(buf, size, "failed (exit status %d)",
 			 WEXITSTATUS(c->status));
+}
+
+/* Is the process stopped right now (state T or t in /proc/PID/stat)? */
+static bool stopped_now(pid_t pid)
+{
+	char path[64], buf[512], *p;
+	size_t n;
+	FILE *f;
+
+	snprintf(path, sizeof path, "/proc/%ld/stat", (long)pid);
+	if ((f = fopen(path, "r")) == NULL)
+		return false;
+	n = fread(buf, 1, sizeof buf - 1, f);
+	fclose(f);
+	buf[n] = '\0';
+	/* The state follows "(comm) ", and comm may hold a ')'. */
+	p = strrchr(buf, ')');
+	return p != NULL && p[1] == ' ' && (p[2] == 'T' || p[2] == 't');
 }
 
 /*
@@ -294,41 +339,15 @@ static void sweep_shm(pid_t pid)
 	closedir(d);
 }
 
-int cli_launch_run(const char *cmd, const struct cli_launch *p)
+/* Start every rank; CLI_OK, or CLI_FAIL after stopping what started. */
+static int start_all(const char *cmd, const struct cli_launch *p,
+		     struct proc *c, const char *exe, unsigned port,
+		     const char *secret)
 {
-	struct proc *c = calloc(p->nprocs, sizeof *c);
-	struct timespec tick = {0, 5000000};
-	double deadline = 0;
-	uint32_t i, left = p->nprocs, first = UINT32_MAX, nfail = 0;
-	unsigned port;
-	int rc = CLI_OK;
-	static const int stops[3] = {SIGINT, SIGTERM, SIGHUP};
-	struct sigaction sa, old[3];
-	bool forwarded = false;
-	char why[128], exe[4096], secret[65];
 	pid_t self = getpid();
-	ssize_t n;
+	uint32_t i;
+	int rc = CLI_OK;
 
-	if (c == NULL)
-		return cli_fail(cmd, "out of memory");
-	/* This program's own file (resolved here, so that tools that run it
-	 * under their control, such as valgrind, see the real one). */
-	n = readlink("/proc/self/exe", exe, sizeof exe - 1);
-	if (n <= 0) {
-		free(c);
-		return cli_fail(cmd, "/proc/self/exe: %s", strerror(errno));
-	}
-	exe[n] = '\0';
-	if (job_secret(secret) != 0) {
-		free(c);
-		return cli_fail(cmd, "no random bytes for the job secret: %s",
-				strerror(errno));
-	}
-	if (free_port(&port) != 0) {
-		free(c);
-		return cli_fail(cmd, "no free port on 127.0.0.1: %s",
-				strerror(errno));
-	}
 	fflush(NULL);
 	for (i = 0; i < p->nprocs; i++) {
 		c[i].pid = fork();
@@ -342,14 +361,219 @@ int cli_launch_run(const char *cmd, const struct cli_launch *p)
 		if (p->pid_dir && rc == CLI_OK)
 			rc = write_pid(cmd, p->pid_dir, i, c[i].pid);
 	}
+	if (rc == CLI_OK)
+		return rc;
+	/* Nothing ran to completion: stop what started. */
+	for (i = 0; i < p->nprocs; i++)
+		if (c[i].pid > 0)
+			kill(c[i].pid, SIGKILL);
+	for (i = 0; i < p->nprocs; i++)
+		if (c[i].pid > 0)
+			waitpid(c[i].pid, NULL, 0);
+	return rc;
+}
+
+/* Kill child c (stopped or not) and reap it. */
+static void put_down(struct proc *c)
+{
+	c->stopped = c->stopped || stopped_now(c->pid);
+	kill(c->pid, SIGKILL);
+	while (waitpid(c->pid, &c->status, 0) < 0 && errno == EINTR)
+		;
+	c->done = c->killed = true;
+}
+
+/* What the watch loop knows. */
+struct watch {
+	double deadline;   /* 0: none yet */
+	bool by_stop;      /* the deadline comes from a stopped rank alone */
+	bool forwarded;
+	uint32_t left, nfail, nstopped;
+	unsigned seq;
+};
+
+/* Look at child c once: exited, stopped or continued. */
+static void poll_one(const struct cli_launch *p, struct proc *c,
+		     struct watch *w)
+{
+	int st = 0;
+	pid_t got = waitpid(c->pid, &st, WNOHANG | WUNTRACED | WCONTINUED);
+
+	if (got == 0 || (got < 0 && errno == EINTR))
+		return;
+	if (got > 0 && WIFSTOPPED(st)) {
+		/* A rank that does not run holds up the others: wait for it
+		 * as for a failure, then kill it. */
+		if (!c->stopped)
+			w->nstopped++;
+		c->stopped = true;
+		c->stop_sig = WSTOPSIG(st);
+		if (w->deadline == 0) {
+			w->deadline = now_s() + p->grace_s;
+			w->by_stop = true;
+		}
+		return;
+	}
+	if (got > 0 && WIFCONTINUED(st)) {
+		if (c->stopped)
+			w->nstopped--;
+		c->stopped = false;
+		return;
+	}
+	if (got > 0)
+		c->status = st;
+	if (c->stopped)
+		w->nstopped--;
+	c->stopped = false;
+	c->done = true;
+	c->seq = w->seq++;
+	w->left--;
+	if (!failed(c))
+		return;
+	w->nfail++;
+	/* A bound set by a stop alone starts again: the others get the
+	 * whole grace period after the first failure. */
+	if (w->deadline == 0 || w->by_stop) {
+		w->deadline = now_s() + p->grace_s;
+		w->by_stop = false;
+	}
+}
+
+/* Wait for every child: the whole run, then at most grace_s once one
+ * failed or stopped. */
+static void watch_all(const struct cli_launch *p, struct proc *c,
+		      struct watch *w)
+{
+	struct timespec tick = {0, 5000000};
+	uint32_t i;
+
+	while (w->left > 0) {
+		unsigned seq = w->seq;
+
+		if (stop_signal != 0 && !w->forwarded) {
+			/* Interrupted: pass it on, then wait as for a
+			 * failure. */
+			for (i = 0; i < p->nprocs; i++)
+				if (!c[i].done)
+					kill(c[i].pid, stop_signal);
+			w->forwarded = true;
+			if (w->deadline == 0)
+				w->deadline = now_s() + p->grace_s;
+			w->by_stop = false;
+		}
+		for (i = 0; i < p->nprocs; i++)
+			if (!c[i].done)
+				poll_one(p, &c[i], w);
+		/* Continued before anything failed: no bound any more. */
+		if (w->by_stop && w->nstopped == 0) {
+			w->deadline = 0;
+			w->by_stop = false;
+		}
+		/* Past the bound, or only stopped ranks left after a
+		 * failure: nobody is going to wake them. */
+		if (w->left > 0 && w->deadline != 0 &&
+		    (now_s() > w->deadline ||
+		     (w->nfail > 0 && w->nstopped == w->left))) {
+			for (i = 0; i < p->nprocs; i++)
+				if (!c[i].done) {
+					put_down(&c[i]);
+					c[i].seq = w->seq++;
+					w->nfail++;
+					w->left--;
+				}
+			w->nstopped = 0;
+		}
+		if (w->left > 0 && seq == w->seq)
+			nanosleep(&tick, NULL);
+	}
+}
+
+/* The rank that explains the failure: the highest weight, the first seen
+ * among equals. */
+static uint32_t cause_of(const struct proc *c, uint32_t n)
+{
+	uint32_t i, best = UINT32_MAX;
+
+	for (i = 0; i < n; i++) {
+		if (!failed(&c[i]))
+			continue;
+		if (best == UINT32_MAX || weight(&c[i]) > weight(&c[best]) ||
+		    (weight(&c[i]) == weight(&c[best]) &&
+		     c[i].seq < c[best].seq))
+			best = i;
+	}
+	return best;
+}
+
+/* Name every failed rank, the cause last. */
+static int report(const char *cmd, const struct cli_launch *p,
+		  const struct proc *c, const struct watch *w)
+{
+	char why[160], others[256];
+	uint32_t i, first = cause_of(c, p->nprocs), nothers = 0;
+	size_t len = 0;
+
+	for (i = 0; i < p->nprocs; i++)
+		if (failed(&c[i]) && i != first) {
+			describe(&c[i], why, sizeof why);
+			fprintf(stderr, "dpl %s: rank %u (pid %ld) %s\n", cmd,
+				i, (long)c[i].pid, why);
+		}
+	describe(&c[first], why, sizeof why);
+	others[0] = '\0';
+	/* A stopped or hung rank: the others gave up waiting for it. */
+	for (i = 0; c[first].killed && i < p->nprocs; i++) {
+		int k;
+
+		if (i == first || !failed(&c[i]) || c[i].killed)
+			continue;
+		k = snprintf(others + len, sizeof others - len, "%s%u",
+			     nothers ? ", " : "", i);
+		if (k < 0 || (size_t)k >= sizeof others - len)
+			break;
+		len += (size_t)k;
+		nothers++;
+	}
+	if (nothers > 0)
+		return cli_fail(cmd, "rank %u (pid %ld) %s; rank%s %s gave up "
+				"waiting for it; %u of %u ranks exited with an "
+				"error", first, (long)c[first].pid, why,
+				nothers > 1 ? "s" : "", others, w->nfail,
+				p->nprocs);
+	return cli_fail(cmd, "rank %u (pid %ld) %s; %u of %u ranks exited "
+			"with an error", first, (long)c[first].pid, why,
+			w->nfail, p->nprocs);
+}
+
+int cli_launch_run(const char *cmd, const struct cli_launch *p)
+{
+	struct proc *c = calloc(p->nprocs, sizeof *c);
+	static const int stops[3] = {SIGINT, SIGTERM, SIGHUP};
+	struct sigaction sa, old[3];
+	struct watch w = {0};
+	char exe[4096], secret[65];
+	unsigned port;
+	uint32_t i;
+	int rc;
+	ssize_t n;
+
+	if (c == NULL)
+		return cli_fail(cmd, "out of memory");
+	/* This program's own file (resolved here, so that tools that run it
+	 * under their control, such as valgrind, see the real one). */
+	n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+	exe[n > 0 ? n : 0] = '\0';
+	if (n <= 0)
+		rc = cli_fail(cmd, "/proc/self/exe: %s", strerror(errno));
+	else if (job_secret(secret) != 0)
+		rc = cli_fail(cmd, "no random bytes for the job secret: %s",
+			      strerror(errno));
+	else if (free_port(&port) != 0)
+		rc = cli_fail(cmd, "no free port on 127.0.0.1: %s",
+			      strerror(errno));
+	else
+		rc = start_all(cmd, p, c, exe, port, secret);
 	if (rc != CLI_OK) {
-		/* Nothing ran to completion: stop what started. */
-		for (i = 0; i < p->nprocs; i++)
-			if (c[i].pid > 0)
-				kill(c[i].pid, SIGKILL);
-		for (i = 0; i < p->nprocs; i++)
-			if (c[i].pid > 0)
-				waitpid(c[i].pid, NULL, 0);
 		free(c);
 		return rc;
 	}
@@ -358,79 +582,19 @@ int cli_launch_run(const char *cmd, const struct cli_launch *p)
 	sigemptyset(&sa.sa_mask);
 	for (i = 0; i < 3; i++)
 		sigaction(stops[i], &sa, &old[i]);
-	while (left > 0) {
-		bool progress = false;
-
-		if (stop_signal != 0 && !forwarded) {
-			/* Interrupted: pass it on, then wait as for a
-			 * failure. */
-			for (i = 0; i < p->nprocs; i++)
-				if (!c[i].done)
-					kill(c[i].pid, stop_signal);
-			forwarded = true;
-			if (deadline == 0)
-				deadline = now_s() + p->grace_s;
-		}
-		for (i = 0; i < p->nprocs; i++) {
-			pid_t w;
-
-			if (c[i].done)
-				continue;
-			w = waitpid(c[i].pid, &c[i].status, WNOHANG);
-			if (w == 0 || (w < 0 && errno == EINTR))
-				continue;
-			c[i].done = true;
-			left--;
-			progress = true;
-			if (!failed(&c[i]))
-				continue;
-			nfail++;
-			/* The first rank that failed itself (not as the echo
-			 * of another's failure) is the one to name. */
-			if (first == UINT32_MAX ||
-			    (WIFEXITED(c[first].status) &&
-			     WEXITSTATUS(c[first].status) == CLI_PEER_FAILED &&
-			     !(WIFEXITED(c[i].status) &&
-			       WEXITSTATUS(c[i].status) == CLI_PEER_FAILED)))
-				first = i;
-			if (deadline == 0)
-				deadline = now_s() + p->grace_s;
-		}
-		if (left > 0 && deadline != 0 && now_s() > deadline) {
-			for (i = 0; i < p->nprocs; i++)
-				if (!c[i].done) {
-					kill(c[i].pid, SIGKILL);
-					waitpid(c[i].pid, &c[i].status, 0);
-					c[i].done = c[i].killed = true;
-					nfail++;
-					left--;
-				}
-		}
-		if (left > 0 && !progress)
-			nanosleep(&tick, NULL);
-	}
+	w.left = p->nprocs;
+	watch_all(p, c, &w);
 	for (i = 0; i < 3; i++)
 		sigaction(stops[i], &old[i], NULL);
 	for (i = 0; i < p->nprocs; i++)
 		if (WIFSIGNALED(c[i].status) || c[i].killed)
 			sweep_shm(c[i].pid);
-	if (forwarded)
+	if (w.forwarded)
 		fprintf(stderr, "dpl %s: stopped by signal %d (%s), passed on "
 			"to every rank\n", cmd, (int)stop_signal,
 			strsignal(stop_signal));
-	if (nfail > 0) {
-		for (i = 0; i < p->nprocs; i++)
-			if (failed(&c[i]) && i != first) {
-				describe(&c[i], why, sizeof why);
-				fprintf(stderr,
-					"dpl %s: rank %u (pid %ld) %s\n", cmd,
-					i, (long)c[i].pid, why);
-			}
-		describe(&c[first], why, sizeof why);
-		rc = cli_fail(cmd, "rank %u (pid %ld) %s; %u of %u ranks "
-			      "exited with an error", first,
-			      (long)c[first].pid, why, nfail, p->nprocs);
-	}
+	if (w.nfail > 0)
+		rc = report(cmd, p, c, &w);
 	free(c);
 	return rc;
 }

@@ -32,11 +32,27 @@ struct cli_launch {
  * parent (PR_SET_PDEATHSIG).
  * Blocks until every child exited: without a failure, for as long as they
  * run; once one failed (non-zero exit or a signal), at most grace_s more,
- * after which the rest are killed and named. SIGINT, SIGTERM and SIGHUP
- * are passed on to the ranks and end the wait the same way (the handlers
- * are restored on return). Removes what a rank killed
- * by a signal left in /dev/shm (dpl-*-p<pid> segments, libfabric shm's
- * <pid>:* files). Prints on stderr which rank failed first and how.
+ * after which the rest are killed and named. A child stopped by a signal
+ * (SIGSTOP, SIGTSTP: waitpid's WUNTRACED) bounds the wait the same way
+ * from the moment it stopped, the first failure after it restarting the
+ * bound; continued (WCONTINUED) before anything failed, the bound is
+ * lifted. A child still stopped once every other one exited with a
+ * failure, or when the bound is up, is killed (SIGKILL, no SIGCONT), so
+ * none is left behind. SIGINT, SIGTERM and SIGHUP are passed on to the
+ * ranks and end the wait the same way (the handlers are restored on
+ * return). Removes what a rank killed by a signal left in /dev/shm
+ * (dpl-*-p<pid> segments, libfabric shm's <pid>:* files).
+ * Prints on stderr one line for every rank that failed, the cause last:
+ * the rank that explains the failure, in this order: one stopped and
+ * never continued ("rank 2 (pid P) stopped responding (stopped by signal
+ * 19 (...) and never continued; killed); ranks 0, 1, 3 gave up waiting
+ * for it; ..."), one killed by a signal the launcher did not send ("was
+ * killed by signal 9 (Killed)"), one still running when the bound was up
+ * (no progress: "did not exit in time and was killed", followed by the
+ * ranks that gave up waiting for it), one that failed itself ("failed
+ * (exit status 1)"), one that stopped because another failed; the first
+ * seen among equals. The ranks that exit after a timeout are consequences
+ * of a stopped or hung rank, never named as its cause.
  * Returns the CLI exit code: CLI_OK when every rank exited 0, else
  * CLI_FAIL.
  */

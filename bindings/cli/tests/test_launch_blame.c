@@ -1,0 +1,310 @@
+/*
+ * test_launch_blame.c - the last line of `dpl train --nprocs 4` names the
+ * rank that caused the failure: a rank stopped with SIGSTOP mid-run (the
+ * others time out waiting for it) is named as stopped, never a survivor
+ * that gave up; a rank killed with SIGKILL is named with its signal. No
+ * process of the job is left afterwards, stopped or not, nor anything of
+ * theirs in /dev/shm. A rank stopped and continued within the timeout is
+ * not killed. Every run is waited for with a bound.
+ */
+#define _POSIX_C_SOURCE 200809L
+#include <criterion/criterion.h>
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "scratch.h"
+
+/* The ranks' per-wait timeout (--timeout) and the slack on top of the
+ * launcher's own bound before a run counts as hung. */
+#define TIMEOUT_S 2
+#define HANG_S 30.0
+
+static char dir[] = "/tmp/dpl-launch-blame-XXXXXX";
+
+static void setup(void)
+{
+	scratch_make(dir);
+}
+
+static void teardown(void)
+{
+	scratch_remove(dir);
+}
+
+TestSuite(launch_blame, .init = setup, .fini = teardown);
+
+static double now_s(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+static void nap_ms(long ms)
+{
+	struct timespec t = {ms / 1000, (ms % 1000) * 1000000L};
+
+	nanosleep(&t, NULL);
+}
+
+struct job {
+	pid_t launcher;
+	pid_t pids[4];
+	char err[1 << 16];
+	int status; /* exit code; -1 after a signal */
+};
+
+/* Start `dpl train --nprocs 4` over shm for (nearly) ever, stderr to
+ * dir/err, rank pids to dir/pids. */
+static void start(struct job *j)
+{
+	char pids[128], err[128], timeout[16];
+	int fd;
+
+	memset(j, 0, sizeof *j);
+	snprintf(pids, sizeof pids, "%s/pids", dir);
+	snprintf(err, sizeof err, "%s/err", dir);
+	snprintf(timeout, sizeof timeout, "%d", TIMEOUT_S);
+	cr_assert_eq(mkdir(pids, 0700), 0, "mkdir %s", pids);
+	fflush(NULL);
+	j->launcher = fork();
+	cr_assert_geq(j->launcher, 0);
+	if (j->launcher == 0) {
+		fd = open("/dev/null", O_WRONLY);
+		dup2(fd, 1);
+		fd = open(err, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+		dup2(fd, 2);
+		execl(DPL_CLI_PATH, DPL_CLI_PATH, "train", "--nprocs", "4",
+		      "--transport", "shm", "--iterations", "1000000",
+		      "--timeout", timeout, "--pid-dir", pids, (char *)NULL);
+		_exit(127);
+	}
+}
+
+static unsigned read_pids(struct job *j)
+{
+	char path[160];
+	unsigned i, got = 0;
+
+	for (i = 0; i < 4; i++) {
+		FILE *f;
+		long v;
+
+		snprintf(path, sizeof path, "%s/pids/rank-%u.pid", dir, i);
+		if ((f = fopen(path, "r")) == NULL)
+			continue;
+		if (fscanf(f, "%ld", &v) == 1 && v > 0) {
+			j->pids[i] = (pid_t)v;
+			got++;
+		}
+		fclose(f);
+	}
+	return got;
+}
+
+/* Field `field` (1-based, counted as in proc(5)) of /proc/PID/stat as a
+ * number; the state (field 3) as its letter. -1 when there is none. */
+static long stat_field(pid_t pid, int field)
+{
+	char path[64], buf[1024], *p;
+	size_t n;
+	FILE *f;
+	int i;
+
+	snprintf(path, sizeof path, "/proc/%ld/stat", (long)pid);
+	if ((f = fopen(path, "r")) == NULL)
+		return -1;
+	n = fread(buf, 1, sizeof buf - 1, f);
+	fclose(f);
+	buf[n] = '\0';
+	if ((p = strrchr(buf, ')')) == NULL)
+		return -1;
+	p += 2; /* field 3 */
+	if (field == 3)
+		return *p;
+	for (i = 3; i < field && p; i++)
+		if ((p = strchr(p, ' ')) != NULL)
+			p++;
+	return p ? strtol(p, NULL, 10) : -1;
+}
+
+/* Every rank started and `rank` has computed for a while (its utime and
+ * stime, fields 14 and 15, add up to 20 ticks): mid-run. */
+static void wait_mid_run(struct job *j, unsigned rank)
+{
+	double end = now_s() + 30;
+
+	while (now_s() < end) {
+		if (read_pids(j) == 4 && stat_field(j->pids[rank], 14) +
+						 stat_field(j->pids[rank], 15) >=
+						 20)
+			return;
+		nap_ms(20);
+	}
+	kill(j->launcher, SIGKILL);
+	waitpid(j->launcher, NULL, 0);
+	cr_assert_fail("rank %u was not training within 30 s (%u pids, %ld "
+		       "ticks)", rank, read_pids(j),
+		       stat_field(j->pids[rank], 14));
+}
+
+/* Wait at most limit_s for the launcher, then read its stderr. */
+static void finish(struct job *j, double limit_s)
+{
+	double end = now_s() + limit_s;
+	char path[128];
+	size_t n;
+	pid_t w;
+	FILE *f;
+	int st = 0;
+
+	while ((w = waitpid(j->launcher, &st, WNOHANG)) == 0 && now_s() < end)
+		nap_ms(10);
+	if (w == 0) {
+		kill(j->launcher, SIGKILL);
+		waitpid(j->launcher, &st, 0);
+		cr_assert_fail("dpl did not exit within %.0f s", limit_s);
+	}
+	j->status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+	snprintf(path, sizeof path, "%s/err", dir);
+	f = fopen(path, "r");
+	cr_assert_not_null(f, "%s: %s", path, strerror(errno));
+	n = fread(j->err, 1, sizeof j->err - 1, f);
+	j->err[n] = '\0';
+	fclose(f);
+}
+
+/* The last non-empty line of s, without its newline. */
+static const char *last_line(const char *s, char *buf, size_t size)
+{
+	size_t len = strlen(s);
+	const char *p;
+
+	while (len > 0 && s[len - 1] == '\n')
+		len--;
+	for (p = s + len; p > s && p[-1] != '\n'; p--)
+		;
+	snprintf(buf, size, "%.*s", (int)(s + len - p), p);
+	return buf;
+}
+
+/* None of the job's processes is left, nor anything of theirs in
+ * /dev/shm (dpl-*-p<pid>, libfabric shm's <pid>:*). */
+static void assert_clean(const struct job *j)
+{
+	struct dirent *e;
+	unsigned i;
+	DIR *d;
+
+	for (i = 0; i < 4; i++)
+		cr_assert(kill(j->pids[i], 0) != 0 && errno == ESRCH,
+			  "rank %u (pid %ld) is still there (state %c)", i,
+			  (long)j->pids[i], (char)stat_field(j->pids[i], 3));
+	d = opendir("/dev/shm");
+	cr_assert_not_null(d);
+	while ((e = readdir(d)) != NULL)
+		for (i = 0; i < 4; i++) {
+			char a[32], b[32];
+			size_t len = strlen(e->d_name), la, lb;
+
+			la = (size_t)snprintf(a, sizeof a, "%ld:",
+					      (long)j->pids[i]);
+			lb = (size_t)snprintf(b, sizeof b, "-p%ld",
+					      (long)j->pids[i]);
+			cr_assert(strncmp(e->d_name, a, la) != 0 &&
+					  !(strncmp(e->d_name, "dpl-", 4) == 0 &&
+					    len > lb &&
+					    strcmp(e->d_name + len - lb, b) == 0),
+				  "/dev/shm/%s left by rank %u", e->d_name, i);
+		}
+	closedir(d);
+}
+
+Test(launch_blame, sigstop_names_the_stopped_rank, .timeout = 120)
+{
+	char line[1024], want[128];
+	struct job j;
+
+	start(&j);
+	wait_mid_run(&j, 2);
+	cr_assert_eq(kill(j.pids[2], SIGSTOP), 0);
+	finish(&j, TIMEOUT_S + 1 + HANG_S);
+	cr_assert_eq(j.status, 1, "exit %d:\n%s", j.status, j.err);
+	last_line(j.err, line, sizeof line);
+	snprintf(want, sizeof want, "dpl train: rank 2 (pid %ld) stopped "
+		 "responding (stopped by signal %d", (long)j.pids[2], SIGSTOP);
+	cr_assert_eq(strncmp(line, want, strlen(want)), 0,
+		     "the last line does not name rank 2 as stopped:\n%s",
+		     j.err);
+	/* The survivors are named as what they are: they gave up. */
+	cr_assert_not_null(strstr(line, "; ranks 0, 1, 3 gave up waiting for "
+				  "it; 4 of 4 ranks exited with an error"),
+			   "%s", line);
+	assert_clean(&j);
+}
+
+Test(launch_blame, sigkill_names_the_killed_rank, .timeout = 120)
+{
+	char line[1024], want[128];
+	struct job j;
+
+	start(&j);
+	wait_mid_run(&j, 1);
+	cr_assert_eq(kill(j.pids[1], SIGKILL), 0);
+	finish(&j, TIMEOUT_S + 1 + HANG_S);
+	cr_assert_eq(j.status, 1, "exit %d:\n%s", j.status, j.err);
+	last_line(j.err, line, sizeof line);
+	snprintf(want, sizeof want, "dpl train: rank 1 (pid %ld) was killed "
+		 "by signal %d (", (long)j.pids[1], SIGKILL);
+	cr_assert_eq(strncmp(line, want, strlen(want)), 0,
+		     "the last line does not name rank 1 and its signal:\n%s",
+		     j.err);
+	cr_assert_null(strstr(j.err, "did not exit in time"), "%s", j.err);
+	assert_clean(&j);
+}
+
+/* Stopped for less than the timeout, then continued: the job goes on past
+ * the launcher's bound (timeout + 1 s after the stop), nobody is killed. */
+Test(launch_blame, sigstop_then_sigcont_is_not_a_failure, .timeout = 120)
+{
+	char line[1024];
+	double end;
+	struct job j;
+	unsigned i;
+
+	start(&j);
+	wait_mid_run(&j, 3);
+	cr_assert_eq(kill(j.pids[3], SIGSTOP), 0);
+	nap_ms(300);
+	cr_assert_eq(stat_field(j.pids[3], 3), 'T');
+	cr_assert_eq(kill(j.pids[3], SIGCONT), 0);
+	end = now_s() + TIMEOUT_S + 3;
+	while (now_s() < end) {
+		for (i = 0; i < 4; i++)
+			cr_assert(kill(j.pids[i], 0) == 0 &&
+					  stat_field(j.pids[i], 3) != 'Z',
+				  "rank %u ended after a stop and a continue",
+				  i);
+		cr_assert_eq(waitpid(j.launcher, NULL, WNOHANG), 0,
+			     "the launcher ended after a stop and a continue");
+		nap_ms(50);
+	}
+	/* Ended from outside, the launcher names no stopped rank. */
+	cr_assert_eq(kill(j.launcher, SIGTERM), 0);
+	finish(&j, TIMEOUT_S + 1 + HANG_S);
+	last_line(j.err, line, sizeof line);
+	cr_assert_null(strstr(j.err, "stopped responding"), "%s", j.err);
+	cr_assert_null(strstr(j.err, "did not exit in time"), "%s", j.err);
+	cr_assert_not_null(strstr(j.err, "stopped by signal 15"), "%s", j.err);
+	assert_clean(&j);
+}
