@@ -1,4 +1,9 @@
-/* fuzz_csv.c - libFuzzer target: the CSV schedule reader and writer. */
+/*
+ * fuzz_csv.c - libFuzzer target: the CSV schedule reader and writer, and
+ * the writer for PyTorch's runtime: a file that loads and validates is
+ * lowered (when it is not), written with dpl_schedule_write_csv_comms,
+ * and must load and validate again.
+ */
 #define _POSIX_C_SOURCE 200809L
 #include <stddef.h>
 #include <stdint.h>
@@ -7,8 +12,31 @@
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
+static void comms_round_trip(const uint8_t *data, size_t size)
+{
+	dpl_schedule *s = NULL, *t = NULL;
+	char *text;
+	size_t len;
+
+	if (dpl_schedule_read_csv((const char *)data, size, &s) != 0)
+		return;
+	if (dpl_schedule_validate(s, NULL) == 0 &&
+	    (dpl_schedule_is_lowered(s) || dpl_schedule_lower(s) == 0)) {
+		text = fuzz_write(s, dpl_schedule_write_csv_comms, &len);
+		if (dpl_schedule_read_csv(text, len, &t) != 0)
+			fuzz_fail("the comms file does not load");
+		if (dpl_schedule_validate(t, NULL) != 0)
+			fuzz_fail("the comms file does not validate");
+		dpl_schedule_destroy(t);
+		free(text);
+	}
+	dpl_schedule_destroy(s);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
-	return fuzz_round_trip(data, size, dpl_schedule_read_csv,
-			       dpl_schedule_write_csv, 0);
+	fuzz_round_trip(data, size, dpl_schedule_read_csv,
+			dpl_schedule_write_csv, 0);
+	comms_round_trip(data, size);
+	return 0;
 }

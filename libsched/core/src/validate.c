@@ -461,6 +461,47 @@ out:
 	return rc;
 }
 
+/*
+ * Rule 2 counted before anything the size of S x M is allocated: every
+ * (stage, micro-batch) needs an F and a B (or I and W), so lists with
+ * fewer than 2 S M compute actions cannot be complete. When S x M is also
+ * far larger than the lists (a loaded file with one huge micro-batch
+ * index: M = index + 1), the schedule is refused here, naming that
+ * action, instead of allocating per-micro-batch state for all of M.
+ */
+static int check_count(struct dpl__vctx *v)
+{
+	const dpl_schedule *s = v->s;
+	uint64_t need = 2 * (uint64_t)s->stages * s->microbatches, have = 0;
+	struct dpl_action big = {0, 0, 0};
+	uint32_t r, big_rank = 0;
+	size_t big_pos = 0;
+
+	for (r = 0; r < s->ranks; r++)
+		for (size_t i = 0; i < s->lists[r].len; i++) {
+			struct dpl_action a = s->lists[r].a[i];
+
+			if (!dpl_action_is_compute(a.kind))
+				continue;
+			have++;
+			if (a.microbatch >= big.microbatch) {
+				big = a;
+				big_rank = r;
+				big_pos = i;
+			}
+		}
+	/* Where the state stays within a constant factor of the lists,
+	 * the passes below name the exact (stage, micro-batch) missing. */
+	if (have >= need || need / 2 <= 64 * (have + 1024))
+		return 0;
+	return report(v, DPL_ESCHED, big_rank, big_pos, big,
+		      "%u stages and %u micro-batches need at least %llu "
+		      "compute actions (an F and a B, or an I and a W, for "
+		      "each), the lists hold %llu",
+		      s->stages, s->microbatches, (unsigned long long)need,
+		      (unsigned long long)have);
+}
+
 int dpl_schedule_validate(const dpl_schedule *s,
 			  struct dpl_schedule_issue *issue)
 {
@@ -469,6 +510,8 @@ int dpl_schedule_validate(const dpl_schedule *s,
 
 	if (s == NULL)
 		return dpl__error(DPL_EINVAL, "schedule must not be NULL");
+	if ((rc = check_count(&v)) != 0)
+		return rc;
 	v.st = calloc((size_t)s->stages * s->microbatches, sizeof *v.st);
 	if (v.st == NULL)
 		return dpl__error(DPL_ENOMEM, "out of memory");

@@ -344,3 +344,15 @@ Test(validate, lowering_keeps_a_pair_together)
 	cr_assert_eq(dpl_schedule_validate(s, NULL), 0, "%s", dpl_last_error());
 	dpl_schedule_destroy(s);
 }
+
+/* One huge micro-batch index makes M huge: refused by counting, before
+ * any state for S x M (here 2^32 entries) is allocated. */
+Test(validate, a_huge_microbatch_index_is_refused_by_count)
+{
+	const char *r[] = {"0F0 0B0 0F2147483647", "1F0 1B0"};
+	dpl_schedule *s = from_text(2, 2147483648u, r, 2);
+
+	expect(s, DPL_ESCHED, 0, 2,
+	       "2 stages and 2147483648 micro-batches need at least "
+	       "8589934592 compute actions");
+}
