@@ -16,8 +16,10 @@ Test(inproc, table_is_versioned_and_complete)
 	cr_assert_str_eq(O->name, "inproc");
 	cr_assert(DPL_HAS_OP(O, wait));
 	cr_assert(!DPL_HAS_OP(O, iallreduce));
-	/* Peer failure is its one capability bit (wait is a member). */
-	cr_assert_eq(O->caps, DPL_TRANSPORT_CAP_PEER_FAILURE);
+	/* Peer failure, and ranks that are threads of one process (wait is
+	 * a member, not a bit). */
+	cr_assert_eq(O->caps, DPL_TRANSPORT_CAP_PEER_FAILURE |
+				      DPL_TRANSPORT_CAP_IN_PROCESS);
 	cr_assert(O->req_size > 0);
 }
 
