@@ -102,6 +102,8 @@ struct tj_slot {
 	char step[160];    /* what it was doing last (tj_step) */
 	char note[512];    /* a line for the test's log (tj_note) */
 	double val[TJ_VALS]; /* numbers for the test (rk->val) */
+	atomic_uint in_barrier; /* 1 + the generation of the barrier it
+				   entered last (0: none yet) */
 };
 
 struct tj_rank;

@@ -551,14 +551,32 @@ void tj_barrier_n(struct tj_rank *rk, uint32_t n)
 	struct tj_shared *sh = rk->sh;
 	unsigned g = atomic_load(&sh->gen);
 	struct tj_idle id = {0, 0};
+	char what[160] = "in a barrier";
+	unsigned turn = 0;
 
+	atomic_store(&sh->slot[rk->rank].in_barrier, g + 1);
 	if (atomic_fetch_add(&sh->arrived, 1) + 1 == n) {
 		atomic_store(&sh->arrived, 0);
 		atomic_fetch_add(&sh->gen, 1);
 		return;
 	}
-	while (atomic_load(&sh->gen) == g)
-		tj_idle(rk, &id, "in a barrier");
+	while (atomic_load(&sh->gen) == g) {
+		/* Now and then, say which ranks have not come: a barrier
+		 * that times out then names them, not the ones waiting. */
+		if ((turn++ & 63) == 0) {
+			size_t o = (size_t)snprintf(what, sizeof what,
+						    "in a barrier, waiting "
+						    "for rank");
+			for (uint32_t q = 0; q < n && q < TJ_MAX_RANKS &&
+					     o < sizeof what - 12;
+			     q++)
+				if (atomic_load(&sh->slot[q].in_barrier) != g + 1)
+					o += (size_t)snprintf(what + o,
+							      sizeof what - o,
+							      " %u", q);
+		}
+		tj_idle(rk, &id, what);
+	}
 }
 
 void tj_barrier(struct tj_rank *rk)

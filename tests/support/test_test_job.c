@@ -161,8 +161,10 @@ static void run_failing(enum tj_mode mode)
 		 ((struct area *)tj_job_user(&job))->line);
 	cr_expect(strncmp(job.report, want, strlen(want)) == 0,
 		  "report:\n%s\nwanted first: %s", job.report, want);
-	expect_in(job.report, "(rank 0 gave up while in a barrier: another "
-		  "rank failed; last step: waiting for rank 1)");
+	expect_in(job.report, "(rank 0 gave up while in a barrier, waiting "
+		  "for rank 1");
+	expect_in(job.report, "another rank failed; last step: waiting for "
+		  "rank 1)");
 	expect_in(job.report, "(rank 2 gave up");
 	s = tj_job_slot(&job, 1);
 	cr_expect_eq(atomic_load(&s->state), TJ_FAILED);
@@ -235,6 +237,39 @@ static void run_waiting(enum tj_mode mode)
 			 "to reach 1 (step: waiting for a flag nobody sets)");
 	cr_expect(!job.timed_out);
 	tj_job_free(&job);
+}
+
+static void late_rank(struct tj_rank *rk)
+{
+	if (rk->rank == 2) {
+		tj_step(rk, "late");
+		tj_flag_wait(rk, FLAG_NEVER, 1, 0);
+	}
+	tj_barrier(rk);
+}
+
+/* The ranks waiting in a barrier name the one that never came (and
+ * not each other). */
+static void run_late(enum tj_mode mode)
+{
+	struct tj_job job = {.size = 3, .mode = mode, .fn = late_rank,
+			     .deadline_ms = 1200};
+
+	cr_assert_eq(tj_job_run(&job), 1, "%s", job.report);
+	/* Whichever of them stops first, by its deadline or on the
+	 * others' failure, says whom it waited for. */
+	expect_in(job.report, "in a barrier, waiting for rank 2");
+	cr_expect_null(strstr(job.report, "in a barrier, waiting for rank 0"),
+		       "%s", job.report);
+	cr_expect_null(strstr(job.report, "in a barrier, waiting for rank 1"),
+		       "%s", job.report);
+	tj_job_free(&job);
+}
+
+Test(test_job, a_barrier_names_the_rank_that_never_came, .timeout = 30)
+{
+	run_late(TJ_PROCESSES);
+	run_late(TJ_THREADS);
 }
 
 Test(test_job, waiting_process_fails_at_its_deadline, .timeout = 30)
