@@ -12,13 +12,9 @@
 #include <dpl/json.h>
 #include <dpl/plan.h>
 
-int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+#include "fuzz_common.h"
 
-static void fail(const char *why)
-{
-	fprintf(stderr, "fuzz: %s (%s)\n", why, dpl_last_error());
-	abort();
-}
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 static char *text_of(const struct dpl_cluster *c, size_t *len)
 {
@@ -26,9 +22,9 @@ static char *text_of(const struct dpl_cluster *c, size_t *len)
 	FILE *f = open_memstream(&buf, len);
 
 	if (f == NULL)
-		fail("open_memstream");
+		fuzz_fail("open_memstream");
 	if (dpl_cluster_write_json(c, f) != 0)
-		fail("a loaded cluster does not write");
+		fuzz_fail("a loaded cluster does not write");
 	fclose(f);
 	return buf;
 }
@@ -42,17 +38,17 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	memset(&a, 0x5a, sizeof a);
 	if (dpl_cluster_read_json((const char *)data, size, &a) != 0) {
 		if (dpl_last_error()[0] == '\0')
-			fail("failure without a message");
+			fuzz_fail("failure without a message");
 		return 0;
 	}
 	if (dpl_cluster_check(&a) != 0)
-		fail("a loaded cluster fails dpl_cluster_check");
+		fuzz_fail("a loaded cluster fails dpl_cluster_check");
 	t1 = text_of(&a, &n1);
 	if (dpl_cluster_read_json(t1, n1, &b) != 0)
-		fail("the written cluster does not load");
+		fuzz_fail("the written cluster does not load");
 	t2 = text_of(&b, &n2);
 	if (n1 != n2 || memcmp(t1, t2, n1) != 0)
-		fail("writing is not stable");
+		fuzz_fail("writing is not stable");
 	free(t1);
 	free(t2);
 	return 0;

@@ -15,13 +15,9 @@
 #include <dpl/plan.h>
 #include <dpl/sim.h>
 
-int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+#include "fuzz_common.h"
 
-static void fail(const char *why)
-{
-	fprintf(stderr, "fuzz: %s (%s)\n", why, dpl_last_error());
-	abort();
-}
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 static char *text_of(const struct dpl_plan *pl, size_t *len)
 {
@@ -30,11 +26,11 @@ static char *text_of(const struct dpl_plan *pl, size_t *len)
 	FILE *f = open_memstream(&buf, len);
 
 	if (f == NULL)
-		fail("open_memstream");
+		fuzz_fail("open_memstream");
 	memset(&r, 0, sizeof r);
 	r.best = *pl;
 	if (dpl_plan_write_json(&r, NULL, NULL, NULL, f) != 0)
-		fail("a loaded plan does not write");
+		fuzz_fail("a loaded plan does not write");
 	fclose(f);
 	return buf;
 }
@@ -49,7 +45,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 
 	if (dpl_plan_read_json((const char *)data, size, &a) != 0) {
 		if (dpl_last_error()[0] == '\0')
-			fail("failure without a message");
+			fuzz_fail("failure without a message");
 		return 0;
 	}
 	/* Big M is slow, not wrong: rebuild only what builds quickly. */
@@ -58,16 +54,16 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		dpl_sim *sim = NULL;
 
 		if (dpl_sim_run(s, &ps.params, &sim) != 0)
-			fail("the plan's schedule does not simulate");
+			fuzz_fail("the plan's schedule does not simulate");
 		dpl_sim_destroy(sim);
 		dpl_schedule_destroy(s);
 	}
 	t1 = text_of(&a, &n1);
 	if (dpl_plan_read_json(t1, n1, &b) != 0)
-		fail("the written plan does not load");
+		fuzz_fail("the written plan does not load");
 	t2 = text_of(&b, &n2);
 	if (n1 != n2 || memcmp(t1, t2, n1) != 0)
-		fail("writing is not stable");
+		fuzz_fail("writing is not stable");
 	free(t1);
 	free(t2);
 	return 0;
