@@ -249,6 +249,25 @@ def test_csv_round_trip(case):
     assert low.to_csv() == text, "compute-only CSV of a lowered schedule"
 
 
+def test_csv_layout_is_kept_by_from_csv():
+    """A file's empty fields, line ends, byte order mark and tail come back
+    from to_csv; layout=False, and every schedule derived from it, write
+    dpl's plain form."""
+    text = "\ufeff,0F0,0F1,,0B0,,0B1\r\n,,1F0,1B0,1F1,1B1,\n\n"
+    s = Schedule.from_csv(text)
+    assert s.to_csv() == text
+    assert Schedule.from_csv(text.encode()).to_csv() == text
+    plain = "0F0,0F1,0B0,0B1\n1F0,1B0,1F1,1B1\n"
+    assert s.to_csv(layout=False) == plain
+    assert s.clone().to_csv() == plain
+    low = s.lower()
+    assert Schedule.from_csv(low.to_csv(comms=True)).lists() == low.lists()
+    assert s.to_csv(comms=True) == low.to_csv(comms=True)  # no layout there
+    s.close()
+    with pytest.raises(ValueError):
+        s.to_csv()
+
+
 @pytest.mark.parametrize("case", CASES, ids=ids)
 def test_json_round_trip_keeps_policy_caps_and_lowering(case):
     for s in (build(case), build(case).lower()):

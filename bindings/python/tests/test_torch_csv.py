@@ -12,9 +12,11 @@ What the installed PyTorch (2.x) writes and how dpl takes it:
 - Every class's compute-only file loads as it is -- ScheduleGPipe's and
   Schedule1F1B's lists end with ``REDUCE_GRAD`` and ``WAIT_REDUCE_GRAD``,
   ScheduleDualPipeV's hold ``(a;b)OVERLAP_F_B`` fields -- and is written
-  back as it was, less its bubbles (empty fields) and CRLF line ends. Every multi-stage class's
-  compute_comms file (``UNSHARD``, ``RESHARD``, ``WAIT_SEND_F``/``_B``
-  too) loads, validates and is written back byte for byte.
+  back byte for byte, bubbles (empty fields) and CRLF line ends included
+  (``from_csv`` keeps the file's layout); ``to_csv(layout=False)`` writes
+  the same actions without them. Every multi-stage class's compute_comms
+  file (``UNSHARD``, ``RESHARD``, ``WAIT_SEND_F``/``_B`` too) loads,
+  validates and is written back byte for byte.
 - Schedule1F1B's last rank: PyTorch numbers its forwards 1..M instead of
   0..M-1 (a bug in ``Schedule1F1B._get_pipeline_order``; its runtime does
   not use these lists, so training is unaffected). dpl loads such a file
@@ -76,13 +78,14 @@ def torch_schedule(name: str, ranks: int, m: int):
 
 
 def torch_csv(sched, tmp_path) -> str:
-    """The schedule written by PyTorch's own CSV writer."""
+    """The schedule written by PyTorch's own CSV writer, every byte as it
+    is (CRLF line ends kept)."""
     path = tmp_path / "torch.csv"
     if isinstance(sched, S._PipelineScheduleRuntime):
         sched._dump_csv(str(path), format="compute_only")
     else:  # single-stage classes have no writer: the multi-stage one reads
         S.PipelineScheduleMulti._dump_csv(sched, str(path))  # only pipeline_order
-    return path.read_text()
+    return path.read_bytes().decode()
 
 
 def torch_rows(order) -> list[list[str]]:
@@ -121,10 +124,16 @@ def test_torch_csv_loads_in_dpl(name, ranks, m, tmp_path):
     rows = torch_rows(sched.pipeline_order)
     assert text.count("\n") == ranks
 
-    # Every field loads as it is, and the file comes back as it was, but for
-    # the bubbles (empty fields) and CRLF line ends, which dpl does not write.
+    # Every field loads as it is, and the file comes back as it was, in
+    # every byte: bubbles (empty fields) and CRLF line ends included.
+    assert "\r\n" in text
+    if any(a is None for r in sched.pipeline_order.values() for a in r):
+        assert "" in [f for line in text.split("\r\n")[:-1] for f in line.split(",")]
     got = Schedule.from_csv(text)
-    back = got.to_csv(comms=got.lowered)
+    assert got.to_csv(comms=got.lowered) == text
+    assert Schedule.from_csv(text.encode()).to_csv(comms=got.lowered) == text
+    # Without the layout: the same actions, no empty fields, LF line ends.
+    back = got.to_csv(comms=got.lowered, layout=False)
     assert back == csv_of([[f for f in line.split(",") if f]
                            for line in text.replace("\r\n", "\n").splitlines()])
     assert [line.split(",") for line in back.splitlines()] == rows
@@ -172,7 +181,9 @@ def test_torch_comms_csv_loads_in_dpl(name, ranks, m, tmp_path):
     sched = torch_schedule(name, ranks, m)
     path = tmp_path / "comms.csv"
     sched._dump_csv(str(path), format="compute_comms")
-    text = path.read_text().replace("\r\n", "\n")
+    raw = path.read_bytes().decode()
+    assert Schedule.from_csv(raw).to_csv(comms=True) == raw  # with its layout
+    text = raw.replace("\r\n", "\n")
     got = Schedule.from_csv(text)
     assert got.lowered
     got.validate()

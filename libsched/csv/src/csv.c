@@ -2,7 +2,7 @@
  * csv.c - schedules in torch.distributed.pipelining's CSV form: one line
  * per rank, its actions in order, comma separated. PyTorch's csv.writer
  * ends lines with "\r\n" and writes bubbles (None) as empty fields; both
- * are read, neither is written.
+ * are read; dpl_schedule_write_csv writes neither (csv_layout.c does).
  */
 #include <errno.h>
 #include <stdbool.h>
@@ -31,16 +31,28 @@ void dpl__csv_put_overlap(FILE *f, const struct dpl_action *a)
 	fputs(")OVERLAP_F_B", f);
 }
 
-int dpl_schedule_write_csv(const dpl_schedule *s, FILE *f)
+size_t dpl__csv_put_field(FILE *f, const struct dpl_action *l)
+{
+	char t[DPL_ACTION_TEXT_MAX];
+	int n;
+
+	if (l[0].kind == DPL_ACT_OVERLAP_F_B) {
+		dpl__csv_put_overlap(f, l);
+		return 3;
+	}
+	n = dpl_action_format(l[0], t, sizeof t);
+	fwrite(t, 1, (size_t)n, f);
+	return 1;
+}
+
+int dpl__csv_check(const dpl_schedule *s)
 {
 	char t[DPL_ACTION_TEXT_MAX];
 	bool *used;
 	uint32_t r, st;
-	size_t i, n;
+	size_t i;
 	int rc = 0;
 
-	if (s == NULL || f == NULL)
-		return dpl_set_error(DPL_EINVAL, "schedule and file must not be NULL");
 	/* Refuse what a CSV file cannot hold before writing anything. */
 	used = calloc(dpl_schedule_stages(s), sizeof *used);
 	if (used == NULL)
@@ -90,23 +102,28 @@ int dpl_schedule_write_csv(const dpl_schedule *s, FILE *f)
 					"holds it",
 					st);
 	free(used);
-	if (rc)
+	return rc;
+}
+
+int dpl_schedule_write_csv(const dpl_schedule *s, FILE *f)
+{
+	uint32_t r;
+	size_t i;
+	int rc;
+
+	if (s == NULL || f == NULL)
+		return dpl_set_error(DPL_EINVAL, "schedule and file must not be NULL");
+	if ((rc = dpl__csv_check(s)))
 		return rc;
 
 	for (r = 0; r < dpl_schedule_ranks(s); r++) {
 		size_t len;
 		const struct dpl_action *l = dpl_schedule_actions(s, r, &len);
 
-		for (i = 0; i < len; i++) {
+		for (i = 0; i < len;) {
 			if (i > 0)
 				fputc(',', f);
-			if (l[i].kind == DPL_ACT_OVERLAP_F_B) {
-				dpl__csv_put_overlap(f, l + i);
-				i += 2;
-				continue;
-			}
-			n = (size_t)dpl_action_format(l[i], t, sizeof t);
-			fwrite(t, 1, n, f);
+			i += dpl__csv_put_field(f, l + i);
 		}
 		fputc('\n', f);
 	}
@@ -130,6 +147,7 @@ struct csv_scan {
 	uint32_t max_stage;
 	size_t max_stage_line, max_stage_field;
 	uint32_t max_mb;       /* DPL_NO_MICROBATCH while none seen */
+	struct dpl_csv_layout *lay; /* NULL, or where the fields go */
 };
 
 static bool is_blank(char c)
@@ -271,17 +289,34 @@ static int store(struct csv_scan *cs, struct dpl_action a, size_t line,
 	return 0;
 }
 
+/* Record a field in the layout; room for it was made by the caller. */
+static void keep_field(struct dpl_csv_layout *l, size_t off, size_t len,
+		       size_t act, size_t nact)
+{
+	struct csv_field *f = &l->fields[l->nfields++];
+
+	f->off = off;
+	f->len = len;
+	f->act = act;
+	f->nact = (uint32_t)nact;
+}
+
 static int scan_line(struct csv_scan *cs, const char *p, size_t len,
 		     size_t line)
 {
-	size_t field = 1, before = cs->n, i, start = 0;
+	size_t field = 1, before = cs->n, i, start = 0, at;
+	bool crlf = len > 0 && p[len - 1] == '\r';
 	int rc;
 
-	if (len > 0 && p[len - 1] == '\r')
+	if (crlf)
 		len--;
 	if (line > cs->max_lines) /* only after lines shorter than "0F0" */
 		return dpl_set_error(DPL_EPARSE, "line %zu: too many lines for "
 				  "the size of the text", line);
+	if (cs->lay) {
+		cs->lay->line_field[line - 1] = cs->lay->nfields;
+		cs->lay->crlf[line - 1] = crlf;
+	}
 	if (len == 0)
 		return dpl_set_error(DPL_EPARSE,
 				  "line %zu: empty line (each line holds one "
@@ -290,9 +325,13 @@ static int scan_line(struct csv_scan *cs, const char *p, size_t len,
 	for (i = 0; i <= len; i++) {
 		if (i < len && p[i] != ',')
 			continue;
+		at = cs->n;
 		if (i > start &&
 		    (rc = scan_field(cs, p + start, i - start, line, field)))
 			return rc;
+		if (cs->lay)
+			keep_field(cs->lay, (size_t)(p - cs->text) + start,
+				   i - start, at, cs->n - at);
 		field++;
 		start = i + 1;
 	}
@@ -362,14 +401,17 @@ fail:
 	return rc;
 }
 
-int dpl_schedule_read_csv(const char *text, size_t len, dpl_schedule **out)
+/*
+ * Read `len` bytes of `text` into *out; when `lay` is not NULL, record
+ * the fields in it too (its text is set by the caller).
+ */
+static int read_csv(const char *text, size_t len, dpl_schedule **out,
+		    struct dpl_csv_layout *lay)
 {
 	struct csv_scan cs;
-	size_t start = 0, i, lines = 1, most;
+	size_t start = 0, i, lines = 1, most, fields;
 	int rc;
 
-	if (out == NULL || (text == NULL && len > 0))
-		return dpl_set_error(DPL_EINVAL, "text and out must not be NULL");
 	memset(&cs, 0, sizeof cs);
 	cs.text = text;
 	cs.max_mb = DPL_NO_MICROBATCH;
@@ -385,17 +427,19 @@ int dpl_schedule_read_csv(const char *text, size_t len, dpl_schedule **out)
 		return dpl_set_error(DPL_EPARSE,
 				  "empty input: a CSV schedule needs one line "
 				  "of actions per rank");
-	cs.bound = 1;
+	fields = 1; /* one more than the ',' and '\n' */
+	cs.bound = 0;
 	for (i = start; i < cs.end; i++) {
 		if (text[i] == ',') {
-			cs.bound++;
+			fields++;
 		} else if (text[i] == '\n') {
-			cs.bound++;
+			fields++;
 			lines++;
 		} else if (text[i] == '(') {
 			cs.bound += 2; /* an OVERLAP_F_B field holds three */
 		}
 	}
+	cs.bound += fields;
 	if (lines >= CSV_INDEX_LIMIT)
 		return dpl_set_error(DPL_EPARSE, "%zu lines: too many ranks",
 				  lines);
@@ -411,7 +455,14 @@ int dpl_schedule_read_csv(const char *text, size_t len, dpl_schedule **out)
 	cs.line_of = calloc(cs.bound, sizeof *cs.line_of);
 	cs.a = malloc(cs.bound * sizeof *cs.a);
 	cs.per_line = calloc(lines, sizeof *cs.per_line);
-	if (!cs.line_of || !cs.a || !cs.per_line) {
+	if (lay) {
+		lay->line_field = malloc((lines + 1) * sizeof *lay->line_field);
+		lay->crlf = malloc(lines);
+		lay->fields = malloc(fields * sizeof *lay->fields);
+		cs.lay = lay;
+	}
+	if (!cs.line_of || !cs.a || !cs.per_line ||
+	    (lay && (!lay->line_field || !lay->crlf || !lay->fields))) {
 		rc = dpl_set_error(DPL_ENOMEM, "out of memory for %zu fields",
 				cs.bound);
 		goto done;
@@ -419,9 +470,53 @@ int dpl_schedule_read_csv(const char *text, size_t len, dpl_schedule **out)
 	rc = scan(&cs, start);
 	if (rc == 0)
 		rc = build(&cs, out);
+	if (rc == 0 && lay) {
+		lay->start = start;
+		lay->end = cs.end;
+		lay->lines = cs.lines;
+		lay->line_field[cs.lines] = lay->nfields;
+		lay->a = cs.a;
+		lay->n = cs.n;
+		cs.a = NULL;
+	}
 done:
 	free(cs.line_of);
 	free(cs.a);
 	free(cs.per_line);
 	return rc;
+}
+
+int dpl_schedule_read_csv(const char *text, size_t len, dpl_schedule **out)
+{
+	if (out == NULL || (text == NULL && len > 0))
+		return dpl_set_error(DPL_EINVAL, "text and out must not be NULL");
+	return read_csv(text, len, out, NULL);
+}
+
+int dpl_schedule_read_csv_layout(const char *text, size_t len,
+				 dpl_schedule **out, dpl_csv_layout **layout)
+{
+	struct dpl_csv_layout *l;
+	dpl_schedule *s = NULL;
+	int rc;
+
+	if (out == NULL || layout == NULL || (text == NULL && len > 0))
+		return dpl_set_error(DPL_EINVAL,
+				  "text, out and layout must not be NULL");
+	l = calloc(1, sizeof *l);
+	if (l == NULL || (l->text = malloc(len ? len : 1)) == NULL) {
+		free(l);
+		return dpl_set_error(DPL_ENOMEM, "out of memory for a copy of "
+				  "%zu bytes", len);
+	}
+	if (len)
+		memcpy(l->text, text, len);
+	l->len = len;
+	if ((rc = read_csv(text, len, &s, l)) != 0) {
+		dpl_csv_layout_destroy(l);
+		return rc;
+	}
+	*out = s;
+	*layout = l;
+	return 0;
 }

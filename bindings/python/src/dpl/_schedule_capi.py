@@ -184,6 +184,9 @@ _CSV = {
     "dpl_schedule_write_csv": (c_int, [_vp, _vp]),
     "dpl_schedule_write_csv_comms": (c_int, [_vp, _vp]),
     "dpl_schedule_read_csv": (c_int, [c_char_p, c_size_t, _pvp]),
+    "dpl_schedule_read_csv_layout": (c_int, [c_char_p, c_size_t, _pvp, _pvp]),
+    "dpl_schedule_write_csv_layout": (c_int, [_vp, _vp, _vp]),
+    "dpl_csv_layout_destroy": (None, [_vp]),
 }
 _JSON = {
     "dpl_schedule_write_json": (c_int, [_vp, _vp]),

@@ -87,6 +87,8 @@ class Schedule:
                             "or Schedule.from_lists/from_csv/from_json")
         self._p: ctypes.c_void_p | None = ptr
         self._destroy = capi.core().dpl_schedule_destroy
+        #: The ``dpl_csv_layout *`` of the file from_csv read, or None.
+        self._layout: ctypes.c_void_p | None = None
         #: Default per-stage costs for simulate/timeline/trace (from schedule()).
         self.costs = costs
 
@@ -103,6 +105,9 @@ class Schedule:
         p, self._p = self._p, None
         if p is not None:
             self._destroy(p)
+        lay, self._layout = self._layout, None
+        if lay is not None:
+            capi.csv().dpl_csv_layout_destroy(lay)
 
     def __del__(self) -> None:
         try:
@@ -247,9 +252,17 @@ class Schedule:
         raise ScheduleError(rc, err.name, msg, [issue])
 
     # -- files ------------------------------------------------------------
-    def to_csv(self, comms: bool | str = False) -> str:
+    def to_csv(self, comms: bool | str = False, *, layout: bool = True) -> str:
         """PyTorch's CSV form: one line per rank, actions comma separated
         (an OVERLAP_F_B pair as PyTorch's ``(0F7;7B3)OVERLAP_F_B`` field).
+
+        A Schedule read by :meth:`from_csv` keeps the file's layout -- its
+        empty fields (PyTorch's bubbles), line ends ("\\r\\n" as PyTorch's
+        csv.writer writes them), byte order mark and tail -- and, asked for
+        its lists as they are (``comms`` False for a compute-only file,
+        True for a lowered one), writes the file back byte for byte
+        (``dpl_schedule_write_csv_layout``); ``layout=False`` writes dpl's
+        plain form (no empty fields, "\\n" line ends) instead.
 
         ``comms=False`` writes the compute actions only (PyTorch's
         compute-only format, what ``_load_csv`` reads); ``comms=True`` the
@@ -273,6 +286,10 @@ class Schedule:
         if comms == "pytorch":
             fn = capi.csv().dpl_schedule_write_csv_comms
             return capi.write_to_string(lambda f: fn(self._ptr, f))
+        if layout and self._layout is not None:
+            lay = self._layout
+            fl = capi.csv().dpl_schedule_write_csv_layout
+            return capi.write_to_string(lambda f: fl(self._ptr, lay, f))
         fn = capi.csv().dpl_schedule_write_csv
         return capi.write_to_string(lambda f: fn(self._ptr, f))
 
@@ -282,10 +299,17 @@ class Schedule:
         stages and micro-batches = largest indices + 1, each stage on the
         line that holds it; a file with SEND/RECV loads as lowered. The
         lists are not validated (call :meth:`validate`). ``policy`` records
-        the policy the file was built by (default "custom"). Raises
+        the policy the file was built by (default "custom"). The file's
+        layout is kept, so :meth:`to_csv` gives ``text`` back unchanged
+        (pass bytes, or text read with ``newline=""``, to keep CRLF line
+        ends: Python's text mode turns them into "\\n"). Raises
         InvalidArgument (DPL_EPARSE, "line L, field K: ...")."""
         raw = _text(text, "from_csv")
-        s = cls._adopt(lambda out: capi.csv().dpl_schedule_read_csv(raw, len(raw), out))
+        lay = ctypes.c_void_p()
+        lib = capi.csv()
+        s = cls._adopt(lambda out: lib.dpl_schedule_read_csv_layout(
+            raw, len(raw), out, ctypes.byref(lay)))
+        s._layout = lay
         if policy is not None:
             check(capi.core().dpl_schedule_set_policy(s._ptr, _policy(policy, custom=True)))
         return s

@@ -19,14 +19,15 @@ extern "C" {
 /*
  * CSV in PyTorch's format: one line per rank, in rank order, its actions
  * in order, comma separated, nothing else on the line. PyTorch writes its
- * bubbles (None) as empty fields; they are skipped on reading and never
- * written. A file with SEND/RECV actions loads as lowered. Every
+ * bubbles (None) as empty fields; they are skipped on reading, and
+ * dpl_schedule_write_csv writes none (dpl_schedule_write_csv_layout puts
+ * them back). A file with SEND/RECV actions loads as lowered. Every
  * action PyTorch writes loads, its comms kinds (UNSHARD, RESHARD,
  * WAIT_REDUCE_GRAD, WAIT_SEND_F, WAIT_SEND_B) included; PyTorch's
  * compound field "(0F7;7B3)OVERLAP_F_B" loads as the OVERLAP_F_B marker
  * and its two parts (it must pair an F with a B or I) and is written
- * back in that form, so a file read and written again is unchanged
- * (line ends aside).
+ * back in that form, so a file without bubbles read and written again is
+ * unchanged (line ends aside; with its layout, unchanged in every byte).
  *
  * dpl_schedule_write_csv writes to `f`; DPL_EIO when writing fails.
  * dpl_schedule_read_csv parses `len` bytes of `text`; ranks = lines,
@@ -38,6 +39,44 @@ extern "C" {
 DPL_EXTERN int dpl_schedule_write_csv(const dpl_schedule *s, FILE *f);
 DPL_EXTERN int dpl_schedule_read_csv(const char *text, size_t len,
 				     dpl_schedule **out);
+
+/*
+ * A CSV file's layout: what the file holds beside its actions, so that a
+ * schedule read from it is written back byte for byte. It records where
+ * the file's empty fields are (PyTorch's bubbles), each line's end ("\n"
+ * or "\r\n"), a UTF-8 byte order mark, what follows the last line, and
+ * the text of each field (an action written with leading zeros, say).
+ * Opaque; owned by the caller of dpl_schedule_read_csv_layout, freed
+ * with dpl_csv_layout_destroy; read-only once made, so one layout may be
+ * used by several threads at once.
+ *
+ * dpl_schedule_read_csv_layout - dpl_schedule_read_csv, and the layout
+ * of `text` in *layout. Same errors, DPL_ENOMEM too; *out and *layout are
+ * written only on success (both, then, the caller's).
+ *
+ * dpl_schedule_write_csv_layout - write `s` in `layout`: rank r's fields
+ * fill line r's non-empty fields in order, empty fields, line ends, the
+ * mark and the tail stay as they were, and a field whose action (or
+ * OVERLAP_F_B pair) is the one read there keeps its text; any other is
+ * written as dpl_schedule_write_csv writes it. So the schedule read with
+ * a layout comes back as the file it was read from, and a changed one
+ * keeps the file's shape. Errors, all before anything is written:
+ * dpl_schedule_write_csv's, and DPL_EINVAL when `s` has another number of
+ * ranks than the layout has lines, or a rank writes another number of
+ * fields than its line holds (the message names the rank and both
+ * counts); DPL_EIO when writing fails. Blocking only on `f`.
+ *
+ * dpl_csv_layout_destroy - free `layout`; NULL is a no-op.
+ */
+typedef struct dpl_csv_layout dpl_csv_layout;
+
+DPL_EXTERN int dpl_schedule_read_csv_layout(const char *text, size_t len,
+					    dpl_schedule **out,
+					    dpl_csv_layout **layout);
+DPL_EXTERN int dpl_schedule_write_csv_layout(const dpl_schedule *s,
+					     const dpl_csv_layout *layout,
+					     FILE *f);
+DPL_EXTERN void dpl_csv_layout_destroy(dpl_csv_layout *layout);
 
 /*
  * dpl_schedule_write_csv_comms - write lowered schedule `s` to `f` in the
