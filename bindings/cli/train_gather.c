@@ -9,7 +9,11 @@
  *   loss[iterations] (NAN where this rank has none),
  *   n, then n x {stage, peak in flight, peak buffer bytes}   (replica 0),
  *   n, then n x {layer, nw, nb, w[nw], b[nb]}                 (replica 0).
- * Rank 0 answers every rank when it has them all; then all close.
+ * Rank 0 answers every rank when it has them all (an ack of two 32-bit
+ * words: 0 and DPL__NONE); then all close. When a rank's results do not
+ * come, rank 0's ack carries its verdict instead (the code and the rank
+ * it failed with), and the other ranks, which wait for the ack a grace
+ * period longer than rank 0 waits for results, name that rank too.
  */
 #define _POSIX_C_SOURCE 200809L
 #include <math.h>
@@ -31,6 +35,18 @@
 #define TAG_LEN DPL_RUNNER_APP_TAG(1)
 #define TAG_BODY DPL_RUNNER_APP_TAG(2)
 #define TAG_ACK DPL_RUNNER_APP_TAG(3)
+
+/* The ack's rank word when the job ended well. */
+#define ACK_NONE UINT32_MAX
+
+/* How much longer the ranks wait for the ack than rank 0 for results:
+ * a quarter of the timeout, at most 0.5 s. */
+static uint64_t grace_ns(const struct train_job *J)
+{
+	double s = J->o.timeout_s / 4;
+
+	return (uint64_t)((s < 0.5 ? s : 0.5) * 1e9);
+}
 
 size_t train_report_build(struct train_rank *k, double *out)
 {
@@ -151,14 +167,15 @@ struct xreq {
 	bool live;
 };
 
+
 /*
  * Progress until every live request in x[0..n) completed, or the
- * deadline. On an error, k->msg says what (`what` and the peer) and the
- * code is returned; requests still live then stay with the transport
- * until it is closed.
+ * deadline. On an error, k->msg says what (`what` and the peer), *who
+ * is the peer, and the code is returned; requests still live then stay
+ * with the transport until it is closed.
  */
 static int wait_all(struct train_rank *k, struct xreq *x, size_t n,
-		    uint64_t deadline, const char *what)
+		    uint64_t deadline, const char *what, uint32_t *who)
 {
 	bool can_wait = DPL_HAS_OP(dpl_transport_ops(k->t), wait);
 	struct timespec nap = {0, 20000};
@@ -181,6 +198,7 @@ static int wait_all(struct train_rank *k, struct xreq *x, size_t n,
 			}
 			x[i].live = false;
 			if (rc != 0) {
+				*who = x[i].peer;
 				snprintf(k->msg, sizeof k->msg,
 					 "rank %u: %s rank %u: %s (%s)",
 					 k->rank, what, x[i].peer,
@@ -193,6 +211,7 @@ static int wait_all(struct train_rank *k, struct xreq *x, size_t n,
 		if (dpl_clock_ns() > deadline) {
 			for (i = 0; i < n && !x[i].live; i++)
 				;
+			*who = x[i].peer;
 			snprintf(k->msg, sizeof k->msg,
 				 "rank %u: %s rank %u: no answer within %g s "
 				 "(DPL_ETIMEDOUT)", k->rank, what, x[i].peer,
@@ -206,6 +225,57 @@ static int wait_all(struct train_rank *k, struct xreq *x, size_t n,
 	}
 }
 
+/*
+ * Rank 0 could not gather: tell every other rank (but `blamed`) why, in
+ * the ack it waits for, and give the acks the grace period to leave.
+ */
+static void tell_verdict(struct train_rank *k, int code, uint32_t blamed,
+			 size_t rsz)
+{
+	struct train_job *J = k->J;
+	uint32_t verdict[2] = {(uint32_t)code, blamed}, q;
+	unsigned char *reqs = calloc(J->world, rsz);
+	struct xreq *v = calloc(J->world, sizeof *v);
+	uint64_t end = dpl_clock_ns() + grace_ns(J);
+	struct timespec nap = {0, 100000};
+	uint32_t live;
+
+	if (reqs != NULL && v != NULL) {
+		for (q = 1; q < J->world; q++) {
+			v[q].req = reqs + (size_t)q * rsz;
+			v[q].peer = q;
+			v[q].live = q != blamed &&
+				    dpl_transport_isend(k->t, v[q].req, q,
+							TAG_ACK, verdict,
+							sizeof verdict,
+							DPL_MEM_HOST) == 0;
+		}
+		/* Each ack for itself: a rank that is gone or stopped does
+		 * not hold up the others. */
+		while (dpl_clock_ns() < end &&
+		       dpl_transport_progress(k->t) >= 0) {
+			for (q = 1, live = 0; q < J->world; q++)
+				if (v[q].live &&
+				    dpl_transport_test(k->t, v[q].req) !=
+					    DPL_EAGAIN)
+					v[q].live = false;
+				else
+					live += v[q].live;
+			if (live == 0)
+				break;
+			nanosleep(&nap, NULL);
+		}
+		for (q = 1; q < J->world; q++)
+			if (v[q].live) { /* the transport holds it */
+				dpl_transport_close(k->t);
+				k->t = NULL;
+				break;
+			}
+	}
+	free(reqs);
+	free(v);
+}
+
 int train_gather(struct train_rank *k, struct train_result *R,
 		 const double *mine, uint64_t nmine)
 {
@@ -216,7 +286,8 @@ int train_gather(struct train_rank *k, struct train_result *R,
 	double **bodies = calloc(J->world, sizeof *bodies);
 	struct train_layer *v = calloc(J->layers + 1, sizeof *v);
 	struct xreq *x = calloc(J->world, sizeof *x);
-	unsigned char *reqs = calloc(J->world, rsz), ack = 0;
+	unsigned char *reqs = calloc(J->world, rsz);
+	uint32_t ack[2] = {0, ACK_NONE}, who = ACK_NONE;
 	uint32_t q;
 	int rc = 0;
 
@@ -238,7 +309,7 @@ int train_gather(struct train_rank *k, struct train_result *R,
 		x[0].live = rc == 0;
 		if (rc == 0)
 			rc = wait_all(k, x, 1, deadline,
-				      "sending results to");
+				      "sending results to", &who);
 		if (rc == 0) {
 			rc = dpl_transport_isend(k->t, x[0].req, 0,
 						 TAG_BODY, mine,
@@ -248,19 +319,26 @@ int train_gather(struct train_rank *k, struct train_result *R,
 		}
 		if (rc == 0)
 			rc = wait_all(k, x, 1, deadline,
-				      "sending results to");
+				      "sending results to", &who);
 		if (rc == 0) {
 			rc = dpl_transport_irecv(k->t, x[0].req, 0, TAG_ACK,
-						 &ack, 0, DPL_MEM_HOST);
+						 ack, sizeof ack, DPL_MEM_HOST);
 			x[0].live = rc == 0;
 		}
 		if (rc == 0)
-			rc = wait_all(k, x, 1, deadline,
-				      "waiting for the end from");
+			rc = wait_all(k, x, 1, deadline + grace_ns(J),
+				      "waiting for the end from", &who);
 		else if (k->msg[0] == '\0')
 			snprintf(k->msg, sizeof k->msg, "rank %u: posting "
 				 "results for rank 0: %s", k->rank,
 				 dpl_last_error());
+		if (rc == 0 && (int32_t)ack[0] != 0) {
+			rc = DPL_EPEER;
+			snprintf(k->msg, sizeof k->msg, "rank %u: rank 0 could "
+				 "not gather the results: rank %u: %s (%s)",
+				 k->rank, ack[1], dpl_strerror((int)ack[0]),
+				 dpl_err_name((int)ack[0]));
+		}
 		goto out;
 	}
 	for (q = 1; q < J->world && rc == 0; q++) {
@@ -270,7 +348,7 @@ int train_gather(struct train_rank *k, struct train_result *R,
 		x[q].live = rc == 0;
 	}
 	if (rc == 0)
-		rc = wait_all(k, x, J->world, deadline, "results from");
+		rc = wait_all(k, x, J->world, deadline, "results from", &who);
 	for (q = 1; q < J->world && rc == 0; q++) {
 		if (lens[q] > ((uint64_t)1 << 32)) {
 			snprintf(k->msg, sizeof k->msg, "rank %u: rank %u "
@@ -293,14 +371,14 @@ int train_gather(struct train_rank *k, struct train_result *R,
 		x[q].live = rc == 0;
 	}
 	if (rc == 0)
-		rc = wait_all(k, x, J->world, deadline, "results from");
+		rc = wait_all(k, x, J->world, deadline, "results from", &who);
 	for (q = 1; q < J->world && rc == 0; q++) {
-		rc = dpl_transport_isend(k->t, x[q].req, q, TAG_ACK, &ack,
-					 0, DPL_MEM_HOST);
+		rc = dpl_transport_isend(k->t, x[q].req, q, TAG_ACK, ack,
+					 sizeof ack, DPL_MEM_HOST);
 		x[q].live = rc == 0;
 	}
 	if (rc == 0) {
-		rc = wait_all(k, x, J->world, deadline, "ending with");
+		rc = wait_all(k, x, J->world, deadline, "ending with", &who);
 		/* Every result is in. A rank that got its ACK may close before
 		 * this side sees the send complete: that is the end, not a
 		 * failure. */
@@ -313,6 +391,7 @@ int train_gather(struct train_rank *k, struct train_result *R,
 		if (k->msg[0] == '\0')
 			snprintf(k->msg, sizeof k->msg, "rank %u: gathering "
 				 "results: %s", k->rank, dpl_last_error());
+		tell_verdict(k, rc, who, rsz);
 		goto out;
 	}
 	if (report_read(J, R, 0, mine, nmine, v) != 0) {

@@ -13,11 +13,9 @@
  * theirs hear of it.
  */
 #define _POSIX_C_SOURCE 200809L
-#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include <dpl/backend.h>
 #include <dpl/bootstrap.h>
@@ -26,22 +24,6 @@
 #include "cli.h"
 #include "launch.h"
 #include "train.h"
-
-/*
- * After a failure, stay reachable for a moment (progressing, so the
- * transport keeps its heartbeats) before leaving: a peer that still waits
- * on this rank then reads its failure notice, which names the rank that
- * failed first, before it sees this one leave and names it instead.
- */
-static void linger(struct train_rank *k)
-{
-	double s = fmin(0.5, k->J->o.timeout_s / 2);
-	uint64_t end = dpl_clock_ns() + (uint64_t)(s * 1e9);
-	struct timespec nap = {0, 1000000};
-
-	while (dpl_clock_ns() < end && dpl_transport_progress(k->t) >= 0)
-		nanosleep(&nap, NULL);
-}
 
 /* Meet the other ranks, then open the transport over that exchange and
  * the rest of rank k; 0 or k->rc. */
@@ -75,7 +57,6 @@ int train_process(struct train_job *J, struct train_result *R,
 	struct train_rank k;
 	double *mine = NULL;
 	size_t n = 0;
-	bool ran;
 	int rc;
 
 	memset(&k, 0, sizeof k);
@@ -95,13 +76,12 @@ int train_process(struct train_job *J, struct train_result *R,
 			train_report_build(&k, mine);
 		}
 	}
-	ran = k.r != NULL;
 	dpl_runner_destroy(k.r);
 	k.r = NULL;
+	/* A runner that failed has kept its transport up long enough for
+	 * its notices to be read (dpl/runner.h): close it at once. */
 	if (k.rc == 0)
 		k.rc = train_gather(&k, R, mine, n);
-	else if (ran)
-		linger(&k);
 	dpl_transport_close(k.t);
 	train_model_destroy(&k);
 	dpl_device_close(k.dev);

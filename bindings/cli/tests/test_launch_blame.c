@@ -2,7 +2,9 @@
  * test_launch_blame.c - the last line of `dpl train --nprocs 4` names the
  * rank that caused the failure: a rank stopped with SIGSTOP mid-run (the
  * others time out waiting for it) is named as stopped, never a survivor
- * that gave up; a rank killed with SIGKILL is named with its signal. No
+ * that gave up; a rank killed with SIGKILL is named with its signal. And
+ * every survivor's own message names that rank, not the neighbour it
+ * waited for (the runner's timeout notices, dpl/runner.h). No
  * process of the job is left afterwards, stopped or not, nor anything of
  * theirs in /dev/shm. A rank stopped and continued within the timeout is
  * not killed. Every run is waited for with a bound.
@@ -230,6 +232,43 @@ static void assert_clean(const struct job *j)
 	closedir(d);
 }
 
+/*
+ * Every survivor has a line ("dpl train: rank R (stage rank ...): ...")
+ * that names rank `victim` as the cause: it lost it ("... with rank V:
+ * peer failed", "lost rank V"), or the chain of timeouts ends there
+ * ("rank V sent no word within 500 ms", the grace being TIMEOUT_S / 4).
+ */
+static void assert_survivors_name(const struct job *j, unsigned victim)
+{
+	char forms[3][128];
+	unsigned r, k;
+
+	snprintf(forms[0], sizeof forms[0], " with rank %u: peer failed",
+		 victim);
+	snprintf(forms[1], sizeof forms[1], " lost rank %u ", victim);
+	snprintf(forms[2], sizeof forms[2], "; rank %u sent no word within "
+		 "500 ms: it is stopped, stuck or cut off", victim);
+
+	for (r = 0; r < 4; r++) {
+		char head[64], line[1024];
+		const char *p, *end;
+
+		if (r == victim)
+			continue;
+		snprintf(head, sizeof head, "dpl train: rank %u (stage rank ", r);
+		p = strstr(j->err, head);
+		cr_assert_not_null(p, "rank %u has no message:\n%s", r, j->err);
+		end = strchr(p, '\n');
+		cr_assert(end != NULL);
+		snprintf(line, sizeof line, "%.*s", (int)(end - p), p);
+		for (k = 0; k < 3 && !strstr(line + strlen(head), forms[k]);
+		     k++)
+			;
+		cr_assert_lt(k, 3, "rank %u does not name rank %u as the "
+			     "cause:\n%s", r, victim, j->err);
+	}
+}
+
 Test(launch_blame, sigstop_names_the_stopped_rank, .timeout = 120)
 {
 	char line[1024], want[128];
@@ -250,6 +289,9 @@ Test(launch_blame, sigstop_names_the_stopped_rank, .timeout = 120)
 	cr_assert_not_null(strstr(line, "; ranks 0, 1, 3 gave up waiting for "
 				  "it; 4 of 4 ranks exited with an error"),
 			   "%s", line);
+	/* Each of them names rank 2 itself: by its own timeout, by the chain
+	 * of the others', or because shm's liveness check took it for dead. */
+	assert_survivors_name(&j, 2);
 	assert_clean(&j);
 }
 
@@ -270,6 +312,8 @@ Test(launch_blame, sigkill_names_the_killed_rank, .timeout = 120)
 		     "the last line does not name rank 1 and its signal:\n%s",
 		     j.err);
 	cr_assert_null(strstr(j.err, "did not exit in time"), "%s", j.err);
+	/* Rank 1's neighbours lost it; the others read their notices. */
+	assert_survivors_name(&j, 1);
 	assert_clean(&j);
 }
 

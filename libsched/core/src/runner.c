@@ -108,6 +108,7 @@ int dpl_runner_create(const struct dpl_runner_params *p, dpl_runner **out)
 	r->t = p->transport;
 	r->rank = p->rank;
 	r->err_peer = DPL__NONE;
+	r->wait_peer = DPL__NONE;
 	r->batch = p->batch;
 	r->timeout_ns = (uint64_t)(p->timeout_ms ? p->timeout_ms
 						: DPL_RUNNER_TIMEOUT_MS) *

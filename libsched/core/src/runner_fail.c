@@ -62,6 +62,8 @@ int dpl__fail_post(dpl_runner *r, int code, uint32_t peer)
 			 dpl_strerror(code), dpl_err_name(code), why);
 }
 
+static void relay(dpl_runner *r, const unsigned char *m);
+
 /* A failure notice from another rank: adopt it as this rank's error. */
 static int notice(dpl_runner *r, const unsigned char *m)
 {
@@ -70,11 +72,50 @@ static int notice(dpl_runner *r, const unsigned char *m)
 	struct dpl_action a = {dpl_get_u32(m + 12), dpl_get_u32(m + 16), dpl_get_u32(m + 20)};
 	uint32_t iter = dpl_get_u32(m + 24);
 	char t[DPL_ACTION_TEXT_MAX], here[DPL_ACTION_TEXT_MAX];
+	struct dpl__blame b;
 
 	r->errmsg[0] = '\0';
 	r->by_notice = true;
 	dpl__act_text(r->cur, here, sizeof here);
 	dpl__act_text(a, t, sizeof t);
+	if (code == DPL_ETIMEDOUT && lost < r->world) {
+		uint32_t w = r->wait_peer;
+		char mine[32] = "";
+
+		dpl__join_chain(r, m);
+		/* This rank stops too, and says whom it waits for (or, when
+		 * it waits for none, whom that rank waited for), so that a
+		 * chain through it goes on. Then follow the chain. */
+		if (w != DPL__NONE)
+			snprintf(mine, sizeof mine, " waiting for rank %u", w);
+		else if (lost != r->rank)
+			w = lost;
+		if (w != DPL__NONE)
+			dpl__post_notices(r, DPL_ETIMEDOUT, w);
+		if (lost != r->rank) {
+			dpl__blame_chain(r, lost, &b);
+			r->err_peer = b.culprit;
+			return dpl__fail(r, DPL_EPEER,
+				    "stopped in %s%s: rank %u timed out in %s "
+				    "at iteration %u waiting for rank %u%s",
+				    here, mine, origin, t, iter, lost, b.text);
+		}
+		if (w == DPL__NONE) {
+			r->err_peer = r->rank;
+			return dpl__fail(r, DPL_EPEER,
+				    "stopped in %s: rank %u timed out in %s "
+				    "at iteration %u waiting for this rank",
+				    here, origin, t, iter);
+		}
+		dpl__blame_chain(r, w, &b);
+		r->err_peer = b.culprit;
+		return dpl__fail(r, DPL_EPEER,
+			    "stopped in %s waiting for rank %u: rank %u "
+			    "timed out in %s at iteration %u waiting for this "
+			    "rank%s",
+			    here, w, origin, t, iter, b.text);
+	}
+	relay(r, m);
 	if (code == DPL_EPEER && lost != DPL__NONE)
 		return dpl__fail(r, DPL_EPEER,
 			    "stopped in %s: rank %u lost rank %u in %s at "
@@ -96,34 +137,21 @@ static int notice_code(const unsigned char *m)
 /*
  * Look for a failure notice; DPL_EPEER when one arrived (adopted as this
  * rank's error), else 0. With `first_hand`, only notices of a rank's own
- * failure (not of a peer it lost) are adopted; the others are kept for
- * a later look.
+ * failure (not of a peer it lost, nor of a timeout) are adopted; the
+ * others are kept for a later look.
  */
 int dpl__check_ctrl(dpl_runner *r, bool first_hand)
 {
-	const struct dpl_transport_ops *o = r->t->ops;
 	const unsigned char *m;
 	uint32_t q;
-	int rc;
 
+	dpl__ctrl_poll(r);
 	for (q = 0; q < r->world; q++) {
-		struct dpl__rreq *c = &r->ctrl_r[q];
-
-		m = r->ctrl_in + (size_t)q * DPL__CTRL_BYTES;
-		if (c->live) {
-			rc = o->test(r->t->ctx, c->req);
-			if (rc == DPL_EAGAIN)
-				continue;
-			c->live = false;
-			/* A peer that left normally completes it with an
-			 * error; only a delivered notice means failure. */
-			if (rc != 0)
-				continue;
-			r->ctrl_got[q] = true;
-		} else if (!r->ctrl_got[q]) {
+		if (!r->ctrl_got[q])
 			continue;
-		}
-		if (first_hand && notice_code(m) == DPL_EPEER)
+		m = r->ctrl_in + (size_t)q * DPL__CTRL_BYTES;
+		if (first_hand && (notice_code(m) == DPL_EPEER ||
+				   notice_code(m) == DPL_ETIMEDOUT))
 			continue;
 		return notice(r, m);
 	}
@@ -147,22 +175,14 @@ int dpl__ring_failed(dpl_runner *r, struct dpl__lstage *ls, int rc)
 		    ls->ring.error_peer, dpl_strerror(rc), dpl_err_name(rc));
 }
 
-/* Tell every other rank that this one failed (best effort). */
-static void broadcast(dpl_runner *r, int code)
+/* Send ctrl_out to every other rank, once per runner: the sends may
+ * read it until they complete. */
+static void post_out(dpl_runner *r)
 {
-	const struct dpl_transport_ops *o = r->t->ops;
 	uint64_t tag = dpl__tag(DPL__TAG_CTRL, 0, 0, 0);
-	uint64_t deadline;
 	uint32_t q;
-	bool live;
 
-	dpl_put_u32(r->ctrl_out, (uint32_t)code);
-	dpl_put_u32(r->ctrl_out + 4, r->rank);
-	dpl_put_u32(r->ctrl_out + 8, code == DPL_EPEER ? r->err_peer : DPL__NONE);
-	dpl_put_u32(r->ctrl_out + 12, r->cur.kind);
-	dpl_put_u32(r->ctrl_out + 16, r->cur.stage);
-	dpl_put_u32(r->ctrl_out + 20, r->cur.microbatch);
-	dpl_put_u32(r->ctrl_out + 24, (uint32_t)r->iter);
+	r->notice_ns = dpl__now_ns();
 	for (q = 0; q < r->world; q++) {
 		if (q == r->rank || r->ctrl_s[q].live)
 			continue;
@@ -170,24 +190,42 @@ static void broadcast(dpl_runner *r, int code)
 			     DPL__CTRL_BYTES, DPL_MEM_HOST) == 0)
 			r->ctrl_s[q].live = true;
 	}
-	/* Give the notices a moment to leave; peers have their receives
-	 * posted since setup. */
-	deadline = dpl__now_ns() + (r->timeout_ns < 1000000000u
-					    ? r->timeout_ns
-					    : 1000000000u);
-	do {
-		live = false;
-		if (o->progress(r->t->ctx) < 0)
-			return;
-		for (q = 0; q < r->world; q++) {
-			struct dpl__rreq *c = &r->ctrl_s[q];
+}
 
-			if (c->live &&
-			    o->test(r->t->ctx, c->req) != DPL_EAGAIN)
-				c->live = false;
-			live |= c->live;
-		}
-	} while (live && dpl__now_ns() < deadline);
+void dpl__post_notices(dpl_runner *r, int code, uint32_t peer)
+{
+	if (r->notice_ns != 0)
+		return;
+	dpl_put_u32(r->ctrl_out, (uint32_t)code);
+	dpl_put_u32(r->ctrl_out + 4, r->rank);
+	dpl_put_u32(r->ctrl_out + 8, peer);
+	dpl_put_u32(r->ctrl_out + 12, r->cur.kind);
+	dpl_put_u32(r->ctrl_out + 16, r->cur.stage);
+	dpl_put_u32(r->ctrl_out + 20, r->cur.microbatch);
+	dpl_put_u32(r->ctrl_out + 24, (uint32_t)r->iter);
+	dpl_put_u32(r->ctrl_out + 28, 0);
+	if (code == DPL_ETIMEDOUT && r->chain_end > dpl__now_ns())
+		dpl_put_u32(r->ctrl_out + 28,
+			    (uint32_t)((r->chain_end - dpl__now_ns()) / 1000u));
+	post_out(r);
+}
+
+/* Pass another rank's notice on as it is: a rank that sees this one
+ * leave then reads the cause, not this rank's departure. */
+static void relay(dpl_runner *r, const unsigned char *m)
+{
+	if (r->notice_ns != 0)
+		return;
+	memcpy(r->ctrl_out, m, DPL__CTRL_BYTES);
+	post_out(r);
+}
+
+/* Tell every other rank that this one failed (best effort); the sends
+ * leave while dpl__stay progresses. */
+static void broadcast(dpl_runner *r, int code)
+{
+	dpl__post_notices(r, code,
+			  code == DPL_EPEER ? r->err_peer : DPL__NONE);
 }
 
 int dpl__step_failed(dpl_runner *r, int rc)
@@ -203,9 +241,16 @@ int dpl__step_failed(dpl_runner *r, int rc)
 			if (dpl__check_ctrl(r, true) != 0)
 				rc = DPL_EPEER;
 		}
+		/* A peer lost after its notice came (it timed out, or lost
+		 * a peer itself): name the cause the notice gives. */
+		if (rc == DPL_EPEER && !r->by_notice &&
+		    r->err_peer < r->world && r->ctrl_got[r->err_peer])
+			rc = notice(r, r->ctrl_in + (size_t)r->err_peer *
+							DPL__CTRL_BYTES);
 		if (!r->by_notice && rc != DPL_ETIMEDOUT)
 			broadcast(r, rc);
 	}
+	dpl__stay(r);
 	dpl__runner_cancel_all(r);
 	dpl__error(rc, "%s", r->errmsg);
 	return rc;

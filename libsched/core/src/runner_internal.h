@@ -244,13 +244,19 @@ struct dpl__lstage {
 };
 
 /*
- * Wire form of a failure notice: seven little-endian 32-bit words: code,
- * reporting rank, peer it lost (or DPL__NONE), action kind, stage,
- * micro-batch, iteration. Ranks that time out send none: every rank's
- * own waits are bounded, so a timeout needs no echo, and each rank then
- * names the peer it waited for itself.
+ * Wire form of a failure notice: eight little-endian 32-bit words: code,
+ * reporting rank, peer (the rank it lost with DPL_EPEER, the rank it
+ * waited for with DPL_ETIMEDOUT, else DPL__NONE), action kind, stage,
+ * micro-batch, iteration, and with DPL_ETIMEDOUT the microseconds left
+ * of the chain's grace period (else 0). A rank that times out sends one
+ * too, then follows the chain of the ranks waiting for each other to the
+ * one that is the cause (runner_blame.c).
  */
-#define DPL__CTRL_BYTES 28
+#define DPL__CTRL_BYTES 32
+
+/* The longest a rank that timed out waits for the next notice of the
+ * chain; a quarter of the timeout when that is shorter. */
+#define DPL__GRACE_MAX_NS 500000000u
 
 struct dpl_runner {
 	const dpl_schedule *sched;
@@ -291,6 +297,9 @@ struct dpl_runner {
 	bool failed;
 	bool by_notice;          /* the failure came from another rank */
 	uint32_t err_peer;       /* peer of a request-level failure */
+	uint32_t wait_peer;      /* the rank a wait is for, or DPL__NONE */
+	uint64_t notice_ns;      /* when this rank posted its notices, or 0 */
+	uint64_t chain_end;      /* a timeout chain's deadline, or 0 */
 	bool leak;               /* requests could not be collected */
 	struct dpl_action cur;   /* action being run */
 	size_t cur_pos;
@@ -344,6 +353,34 @@ int dpl__pump_failed(dpl_runner *r, int n) DPL__COLD;
 int dpl__ring_failed(dpl_runner *r, struct dpl__lstage *ls, int rc) DPL__COLD;
 int dpl__check_ctrl(dpl_runner *r, bool first_hand);
 int dpl__step_failed(dpl_runner *r, int rc);
+/* Post this rank's notice (code, the peer word) to every other rank,
+ * without waiting for the sends. */
+void dpl__post_notices(dpl_runner *r, int code, uint32_t peer);
+
+/*
+ * Timeouts (runner_blame.c). dpl__ctrl_poll marks the notices that came
+ * in (adopting none). dpl__blame_chain follows the chain of timeout
+ * notices from rank q, waiting for the next one until r->chain_end, to
+ * the rank that is the cause: b->culprit, and b->text (empty, or
+ * starting "; ") says how. dpl__join_chain sets r->chain_end from a
+ * timeout notice (what is left of its grace; an eighth of this rank's
+ * at least). dpl__timed_out fails the runner with DPL_ETIMEDOUT waiting
+ * for `peer`: sets the chain's deadline, posts its notice, follows the
+ * chain and names the cause; returns DPL_ETIMEDOUT.
+ */
+struct dpl__blame {
+	uint32_t culprit;
+	char text[320];
+};
+uint64_t dpl__grace_ns(const dpl_runner *r);
+void dpl__ctrl_poll(dpl_runner *r);
+void dpl__blame_chain(dpl_runner *r, uint32_t q, struct dpl__blame *b);
+void dpl__join_chain(dpl_runner *r, const unsigned char *m);
+int dpl__timed_out(dpl_runner *r, uint32_t peer) DPL__COLD;
+/* After posting its notices, keep the transport progressed until the
+ * grace period since has passed, so that peers read them before they
+ * see this rank go. */
+void dpl__stay(dpl_runner *r);
 
 /*
  * Waiting (runner_wait.c). A done function returns DPL_EAGAIN (not yet,

@@ -71,7 +71,9 @@ DPL__NOINLINE int dpl__wait_for(dpl_runner *r, dpl__done_fn done, void *arg)
 			t0 = dpl__now_ns();
 			deadline = t0 + r->timeout_ns;
 		}
+		r->wait_peer = peer;
 		n = dpl__pump(r);
+		r->wait_peer = DPL__NONE;
 		if (n < 0) {
 			rc = n;
 			/* A notice that came with the failure of what this
@@ -98,12 +100,7 @@ DPL__NOINLINE int dpl__wait_for(dpl_runner *r, dpl__done_fn done, void *arg)
 							       1000000u),
 					  dpl__act_text(r->cur, t, sizeof t));
 			else
-				rc = dpl__fail(r, DPL_ETIMEDOUT,
-					  "timed out after %llu ms in %s "
-					  "waiting for rank %u",
-					  (unsigned long long)(r->timeout_ns /
-							       1000000u),
-					  dpl__act_text(r->cur, t, sizeof t), peer);
+				rc = dpl__timed_out(r, peer);
 			break;
 		}
 		/* Spin a little, then yield the core for a while (a sender

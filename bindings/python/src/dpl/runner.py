@@ -12,7 +12,6 @@ GIL is released while C runs and taken for each callback.
 from __future__ import annotations
 
 import ctypes
-import time
 from ctypes import byref, c_size_t, c_uint32, c_uint64, c_void_p
 from typing import Any, Callable, Sequence
 
@@ -267,27 +266,11 @@ class Runner:
         exc, self._exc = self._exc, None
         from ._report import report_failure
         report_failure(exc if exc is not None else err)
-        if rc != errors.EPEER and self._transport is not None:
-            self._linger(0.5)
         if exc is not None:
             if isinstance(exc, Exception) or isinstance(exc, KeyboardInterrupt):
                 raise exc.with_traceback(exc.__traceback__) from err
             raise exc
         raise err
-
-    def _linger(self, seconds: float) -> None:
-        """Progress the transport for a moment so that the failure notices
-        this rank posted reach its peers before it goes away."""
-        prog = getattr(self._transport, "progress", None)
-        if prog is None:
-            return
-        end = time.monotonic() + seconds
-        while time.monotonic() < end:
-            try:
-                prog()
-            except Exception:  # noqa: BLE001 - the transport may be gone
-                return
-            time.sleep(0.001)
 
     def stats(self) -> dict:
         """Totals since creation (``struct dpl_runner_stats``) as a dict;

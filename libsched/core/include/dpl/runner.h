@@ -49,15 +49,23 @@
  * on every rank within the timeout. A rank whose callback, device or
  * transport fails, or that loses a peer, sends every other rank a short
  * failure notice (receives for them are posted at setup), and a rank that
- * gets one stops with DPL_EPEER naming the failing rank and its action. A
- * rank that times out sends none: every rank's own waits are bounded, and
- * each then names the peer it waited for. The message (dpl_last_error()
+ * gets one stops with DPL_EPEER naming the failing rank and its action.
+ * A rank that times out waiting for rank Q sends a notice too, "waiting
+ * for Q", and follows the chain: Q's notice says whom Q waits for, and so
+ * on, to a rank that lost a peer, failed by itself, or sent no word within
+ * the grace period (a quarter of the timeout, at most 0.5 s): a rank
+ * stopped, stuck or cut off. Every rank then names that rank ("...
+ * waiting for rank 1; rank 1 waits for rank 3; rank 3 sent no word within
+ * 500 ms: it is stopped, stuck or cut off"), not the neighbour it waited
+ * for; a rank that gets such a notice stops with DPL_EPEER, says whom it
+ * waits for itself, and names the same rank. The message (dpl_last_error()
  * on the calling thread, dpl_runner_last_error() from any thread) names
- * the rank, the action and the peer. A runner that failed stays failed;
- * destroy it. A rank that failed first should keep its transport open
- * and progressed for a moment (dpl train: up to half a second) before it
- * closes it: a peer that reads its notice names the rank that failed
- * first, where one that sees it leave first can only name it as lost.
+ * the rank, the action and the peer. A rank that sent notices keeps its
+ * transport progressed for the grace period after sending them before
+ * dpl_runner_step() returns, so that peers read them before they can see
+ * it leave (one that saw it leave first could only name it as lost); the
+ * caller may close the transport at once. A runner that failed stays
+ * failed; destroy it.
  *
  * Threads: a runner is used by one thread at a time. Runners of different
  * ranks may run in different threads of one process.
