@@ -31,11 +31,19 @@ extern const struct dpl_transport_ops dpl_transport_ucx;
 #if defined(DPL_HAVE_TRANSPORT_OFI)
 extern const struct dpl_transport_ops dpl_transport_ofi;
 #endif
+#if defined(DPL_HAVE_TRANSPORT_HOOK)
+#include <dpl/transport_hook.h>
+#endif
 
 #if defined(DPL_HAVE_BUILTINS)
 
-/* The transport named `name`, or a usage error. */
-static int find_transport(const char *name,
+/*
+ * The transport named `name` for ranks that are processes (procs) or
+ * threads, or a usage error. "hook" is the shim of dpl/transport_hook.h
+ * in the table of that mode; the transports linked here are registered
+ * as its inner ones (hook.inner=shm), others load by name or path.
+ */
+static int find_transport(const char *name, bool procs,
 			  const struct dpl_transport_ops **out)
 {
 	static const struct {
@@ -61,6 +69,20 @@ static int find_transport(const char *name,
 	};
 	size_t i;
 
+#if defined(DPL_HAVE_TRANSPORT_HOOK)
+	if (strcmp(name, "hook") == 0) {
+		for (i = 0; i < sizeof t / sizeof t[0]; i++)
+			if (t[i].ops != NULL &&
+			    dpl_transport_hook_register(t[i].ops) != 0)
+				return cli_fail(CMD, "--transport hook: %s",
+						dpl_last_error());
+		*out = procs ? &dpl_transport_hook
+			     : &dpl_transport_hook_threads;
+		return 0;
+	}
+#else
+	(void)procs;
+#endif
 	for (i = 0; i < sizeof t / sizeof t[0]; i++) {
 		if (strcmp(name, t[i].name) != 0)
 			continue;
@@ -72,7 +94,7 @@ static int find_transport(const char *name,
 		return 0;
 	}
 	return cli_usage_error(CMD, "--transport: '%s' is not inproc, shm, "
-			       "ucx or ofi", name);
+			       "ucx, ofi or hook", name);
 }
 
 /* This command line less --nprocs and --pid-dir, for the ranks. */
@@ -108,7 +130,7 @@ static int run(int argc, char **argv)
 	struct train_job *J = calloc(1, sizeof *J);
 	struct train_result R;
 	uint32_t env_rank = 0, env_world = 0, i;
-	bool env = false;
+	bool env = false, threads;
 	int rc;
 
 	if (J == NULL)
@@ -125,9 +147,10 @@ static int run(int argc, char **argv)
 	if ((rc = find_transport(J->o.transport ? J->o.transport
 				 : J->procs	? "shm"
 						: "inproc",
-				 &J->tops)) != 0)
+				 J->procs, &J->tops)) != 0)
 		goto out;
-	if (J->procs && J->tops == &dpl_transport_inproc) {
+	threads = (J->tops->caps & DPL_TRANSPORT_CAP_IN_PROCESS) != 0;
+	if (J->procs && threads) {
 		rc = cli_usage_error(CMD, "--transport inproc runs the ranks "
 				     "as threads of one process; %s needs "
 				     "shm, ucx or ofi",
@@ -140,7 +163,7 @@ static int run(int argc, char **argv)
 		rc = cli_usage_error(CMD, "--pid-dir applies to --nprocs only");
 		goto out;
 	}
-	if (!J->procs && J->tops != &dpl_transport_inproc) {
+	if (!J->procs && !threads) {
 		rc = cli_usage_error(CMD, "--transport %s runs one process per "
 				     "rank: give --nprocs %u, or start the "
 				     "ranks with DPL_RANK, DPL_WORLD_SIZE and "

@@ -74,6 +74,7 @@ struct train_opts {
 	double fwd_ms, bwd_ms;
 	uint64_t act_bytes;
 	const char *transport; /* NULL: by mode */
+	const char *transport_options; /* --transport-options, or NULL */
 	uint32_t nprocs;       /* 0: not launching */
 	const char *pid_dir;
 };

@@ -169,13 +169,15 @@ struct xreq {
 
 
 /*
- * Progress until every live request in x[0..n) completed, or the
- * deadline. On an error, k->msg says what (`what` and the peer), *who
- * is the peer, and the code is returned; requests still live then stay
- * with the transport until it is closed.
+ * Progress until every live request in x[0..n) but x[early] completed,
+ * or x[early] did (early < n; n: none), or the deadline. On an error, k->msg
+ * says what (`what` and the peer), *who is the peer, and the code is
+ * returned; requests still live then stay with the transport until it
+ * is closed.
  */
 static int wait_all(struct train_rank *k, struct xreq *x, size_t n,
-		    uint64_t deadline, const char *what, uint32_t *who)
+		    size_t early, uint64_t deadline, const char *what,
+		    uint32_t *who)
 {
 	bool can_wait = DPL_HAS_OP(dpl_transport_ops(k->t), wait);
 	struct timespec nap = {0, 20000};
@@ -193,7 +195,7 @@ static int wait_all(struct train_rank *k, struct xreq *x, size_t n,
 				continue;
 			rc = dpl_transport_test(k->t, x[i].req);
 			if (rc == DPL_EAGAIN) {
-				live++;
+				live += i != early;
 				continue;
 			}
 			x[i].live = false;
@@ -206,7 +208,7 @@ static int wait_all(struct train_rank *k, struct xreq *x, size_t n,
 				return rc;
 			}
 		}
-		if (live == 0)
+		if (live == 0 || (early < n && !x[early].live))
 			return 0;
 		if (dpl_clock_ns() > deadline) {
 			for (i = 0; i < n && !x[i].live; i++)
@@ -225,9 +227,19 @@ static int wait_all(struct train_rank *k, struct xreq *x, size_t n,
 	}
 }
 
+/* A post with peer q was refused with rc: say so in k->msg; q. */
+static uint32_t refused(struct train_rank *k, uint32_t q, const char *what,
+			int rc)
+{
+	snprintf(k->msg, sizeof k->msg, "rank %u: %s rank %u: %s (%s)",
+		 k->rank, what, q, dpl_last_error(), dpl_err_name(rc));
+	return q;
+}
+
 /*
  * Rank 0 could not gather: tell every other rank (but `blamed`) why, in
- * the ack it waits for, and give the acks the grace period to leave.
+ * the ack it waits for (posted before its results), and progress for
+ * the grace period so that the acks leave.
  */
 static void tell_verdict(struct train_rank *k, int code, uint32_t blamed,
 			 size_t rsz)
@@ -238,7 +250,6 @@ static void tell_verdict(struct train_rank *k, int code, uint32_t blamed,
 	struct xreq *v = calloc(J->world, sizeof *v);
 	uint64_t end = dpl_clock_ns() + grace_ns(J);
 	struct timespec nap = {0, 100000};
-	uint32_t live;
 
 	if (reqs != NULL && v != NULL) {
 		for (q = 1; q < J->world; q++) {
@@ -251,18 +262,15 @@ static void tell_verdict(struct train_rank *k, int code, uint32_t blamed,
 							DPL_MEM_HOST) == 0;
 		}
 		/* Each ack for itself: a rank that is gone or stopped does
-		 * not hold up the others. */
+		 * not hold up the others. Progressed for the whole grace
+		 * period: a send complete here may still be on its way. */
 		while (dpl_clock_ns() < end &&
 		       dpl_transport_progress(k->t) >= 0) {
-			for (q = 1, live = 0; q < J->world; q++)
+			for (q = 1; q < J->world; q++)
 				if (v[q].live &&
 				    dpl_transport_test(k->t, v[q].req) !=
 					    DPL_EAGAIN)
 					v[q].live = false;
-				else
-					live += v[q].live;
-			if (live == 0)
-				break;
 			nanosleep(&nap, NULL);
 		}
 		for (q = 1; q < J->world; q++)
@@ -274,6 +282,73 @@ static void tell_verdict(struct train_rank *k, int code, uint32_t blamed,
 	}
 	free(reqs);
 	free(v);
+}
+
+/*
+ * A rank but 0: send rank 0 the length of the report and the report,
+ * then wait for the ack, a grace period longer than rank 0 waits. The
+ * ack is posted first: a verdict rank 0 sends while this rank's results
+ * are still on their way (rank 0 gave up on another rank) ends the
+ * sends' wait, and is read even when rank 0 is gone by the time a send
+ * fails. x[0] is the ack, x[1] the send; len and ack are the buffers
+ * (the caller's: a request still live when this returns stays with the
+ * transport until the caller closes it). 0 or the code, k->msg set.
+ */
+static int send_results(struct train_rank *k, struct xreq *x,
+			const double *mine, uint64_t nmine, uint64_t *len,
+			uint32_t ack[2], uint64_t deadline)
+{
+	uint32_t who = ACK_NONE;
+	int rc;
+
+	*len = nmine;
+	rc = dpl_transport_irecv(k->t, x[0].req, 0, TAG_ACK, ack,
+				 2 * sizeof *ack, DPL_MEM_HOST);
+	x[0].live = rc == 0;
+	if (rc == 0) {
+		rc = dpl_transport_isend(k->t, x[1].req, 0, TAG_LEN, len,
+					 sizeof *len, DPL_MEM_HOST);
+		x[1].live = rc == 0;
+	}
+	if (rc == 0)
+		rc = wait_all(k, x, 2, 0, deadline, "sending results to",
+			      &who);
+	if (rc == 0 && x[0].live) {
+		rc = dpl_transport_isend(k->t, x[1].req, 0, TAG_BODY, mine,
+					 nmine * sizeof *mine, DPL_MEM_HOST);
+		x[1].live = rc == 0;
+		if (rc == 0)
+			rc = wait_all(k, x, 2, 0, deadline,
+				      "sending results to", &who);
+	}
+	if (rc == 0 && x[0].live)
+		rc = wait_all(k, x, 1, 1, deadline + grace_ns(k->J),
+			      "waiting for the end from", &who);
+	if (rc != 0 && x[0].live && dpl_transport_progress(k->t) >= 0 &&
+	    dpl_transport_test(k->t, x[0].req) == 0) {
+		/* The verdict came before rank 0 went. */
+		x[0].live = false;
+		rc = 0;
+	}
+	if (rc != 0 && k->msg[0] == '\0')
+		snprintf(k->msg, sizeof k->msg, "rank %u: posting results for "
+			 "rank 0: %s", k->rank, dpl_last_error());
+	if (rc == 0 && !x[0].live && (int32_t)ack[0] != 0) {
+		rc = DPL_EPEER;
+		if (ack[1] == ACK_NONE)
+			snprintf(k->msg, sizeof k->msg, "rank %u: rank 0 could "
+				 "not gather the results: %s (%s)", k->rank,
+				 dpl_strerror((int)ack[0]),
+				 dpl_err_name((int)ack[0]));
+		else
+			snprintf(k->msg, sizeof k->msg, "rank %u: rank 0 could "
+				 "not gather the results: rank %u: %s (%s)",
+				 k->rank, ack[1], dpl_strerror((int)ack[0]),
+				 dpl_err_name((int)ack[0]));
+	} else if (rc == 0) {
+		k->msg[0] = '\0';
+	}
+	return rc;
 }
 
 int train_gather(struct train_rank *k, struct train_result *R,
@@ -302,43 +377,8 @@ int train_gather(struct train_rank *k, struct train_result *R,
 		x[q].peer = k->rank == 0 ? q : 0;
 	}
 	if (k->rank != 0) {
-		lens[0] = nmine;
-		rc = dpl_transport_isend(k->t, x[0].req, 0, TAG_LEN,
-					 &lens[0], sizeof lens[0],
-					 DPL_MEM_HOST);
-		x[0].live = rc == 0;
-		if (rc == 0)
-			rc = wait_all(k, x, 1, deadline,
-				      "sending results to", &who);
-		if (rc == 0) {
-			rc = dpl_transport_isend(k->t, x[0].req, 0,
-						 TAG_BODY, mine,
-						 nmine * sizeof *mine,
-						 DPL_MEM_HOST);
-			x[0].live = rc == 0;
-		}
-		if (rc == 0)
-			rc = wait_all(k, x, 1, deadline,
-				      "sending results to", &who);
-		if (rc == 0) {
-			rc = dpl_transport_irecv(k->t, x[0].req, 0, TAG_ACK,
-						 ack, sizeof ack, DPL_MEM_HOST);
-			x[0].live = rc == 0;
-		}
-		if (rc == 0)
-			rc = wait_all(k, x, 1, deadline + grace_ns(J),
-				      "waiting for the end from", &who);
-		else if (k->msg[0] == '\0')
-			snprintf(k->msg, sizeof k->msg, "rank %u: posting "
-				 "results for rank 0: %s", k->rank,
-				 dpl_last_error());
-		if (rc == 0 && (int32_t)ack[0] != 0) {
-			rc = DPL_EPEER;
-			snprintf(k->msg, sizeof k->msg, "rank %u: rank 0 could "
-				 "not gather the results: rank %u: %s (%s)",
-				 k->rank, ack[1], dpl_strerror((int)ack[0]),
-				 dpl_err_name((int)ack[0]));
-		}
+		rc = send_results(k, x, mine, nmine, &lens[0], ack,
+				  deadline);
 		goto out;
 	}
 	for (q = 1; q < J->world && rc == 0; q++) {
@@ -346,15 +386,19 @@ int train_gather(struct train_rank *k, struct train_result *R,
 					 &lens[q], sizeof lens[q],
 					 DPL_MEM_HOST);
 		x[q].live = rc == 0;
+		if (rc != 0)
+			who = refused(k, q, "results from", rc);
 	}
 	if (rc == 0)
-		rc = wait_all(k, x, J->world, deadline, "results from", &who);
+		rc = wait_all(k, x, J->world, J->world, deadline,
+			      "results from", &who);
 	for (q = 1; q < J->world && rc == 0; q++) {
 		if (lens[q] > ((uint64_t)1 << 32)) {
 			snprintf(k->msg, sizeof k->msg, "rank %u: rank %u "
 				 "announced a report of %llu values", k->rank,
 				 q, (unsigned long long)lens[q]);
 			rc = DPL_EINVAL;
+			who = q;
 			break;
 		}
 		bodies[q] = malloc((size_t)lens[q] * sizeof **bodies + 1);
@@ -362,6 +406,7 @@ int train_gather(struct train_rank *k, struct train_result *R,
 			rc = DPL_ENOMEM;
 			snprintf(k->msg, sizeof k->msg, "rank %u: out of "
 				 "memory", k->rank);
+			who = k->rank;
 			break;
 		}
 		rc = dpl_transport_irecv(k->t, x[q].req, q, TAG_BODY,
@@ -369,16 +414,22 @@ int train_gather(struct train_rank *k, struct train_result *R,
 					 (size_t)lens[q] * sizeof **bodies,
 					 DPL_MEM_HOST);
 		x[q].live = rc == 0;
+		if (rc != 0)
+			who = refused(k, q, "results from", rc);
 	}
 	if (rc == 0)
-		rc = wait_all(k, x, J->world, deadline, "results from", &who);
+		rc = wait_all(k, x, J->world, J->world, deadline,
+			      "results from", &who);
 	for (q = 1; q < J->world && rc == 0; q++) {
 		rc = dpl_transport_isend(k->t, x[q].req, q, TAG_ACK, ack,
 					 sizeof ack, DPL_MEM_HOST);
 		x[q].live = rc == 0;
+		if (rc != 0)
+			who = refused(k, q, "ending with", rc);
 	}
 	if (rc == 0) {
-		rc = wait_all(k, x, J->world, deadline, "ending with", &who);
+		rc = wait_all(k, x, J->world, J->world, deadline,
+			      "ending with", &who);
 		/* Every result is in. A rank that got its ACK may close before
 		 * this side sees the send complete: that is the end, not a
 		 * failure. */

@@ -160,6 +160,7 @@ int train_rank_setup(struct train_rank *k, const struct dpl_oob *oob)
 	else
 		tp.world = J->world_name;
 	tp.timeout_ms = J->procs ? timeout_ms : 0;
+	tp.options = J->o.transport_options;
 	rc = dpl_transport_open(J->tops, &tp, &k->t);
 	if (rc == 0)
 		rc = dpl_device_open(J->o.synthetic ? &dpl_device_synthetic

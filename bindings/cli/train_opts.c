@@ -98,7 +98,13 @@ void train_usage(FILE *f)
 		"  --transport T       inproc (threads), shm, ucx or ofi; "
 		"default inproc, or\n"
 		"                      shm with --nprocs or a rank in the "
-		"environment\n"
+		"environment; hook:\n"
+		"                      the fault-injection and trace shim "
+		"over another\n"
+		"                      (--transport-options hook.inner=shm,"
+		"...)\n"
+		"  --transport-options K=V,...  the transport's options "
+		"(dpl/transport_*.h)\n"
 		"  --nprocs N          start N local processes, one per rank "
 		"(N = the sum of\n"
 		"                      the replicas), on 127.0.0.1; once one "
@@ -304,6 +310,10 @@ int train_opts_parse(int argc, char **argv, struct train_opts *o)
 		} else if (cli_flag(argc, argv, &i, "--transport", &v)) {
 			o->transport = v;
 			rc = v ? 0 : cli_missing(CMD, "--transport");
+		} else if (cli_flag(argc, argv, &i, "--transport-options",
+				    &v)) {
+			o->transport_options = v;
+			rc = v ? 0 : cli_missing(CMD, "--transport-options");
 		} else if (cli_flag(argc, argv, &i, "--nprocs", &v)) {
 			rc = v ? cli_u32(CMD, "--nprocs", v, 1, TRAIN_MAX_RANKS,
 					 &o->nprocs)

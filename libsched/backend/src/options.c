@@ -4,6 +4,7 @@
  */
 #define _POSIX_C_SOURCE 200809L
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
@@ -100,14 +101,26 @@ static int one(const char *mod, const struct dpl_option *o, const char *v)
 					  v, o->size - 1);
 		memcpy(o->dst, v, strlen(v) + 1);
 		return 0;
-	case DPL_OPT_ENUM:
-		for (uint32_t i = 0; o->names != NULL && o->names[i]; i++)
+	case DPL_OPT_ENUM: {
+		char names[256];
+		size_t len = 0;
+
+		names[0] = '\0';
+		for (uint32_t i = 0; o->names != NULL && o->names[i]; i++) {
 			if (strcmp(v, o->names[i]) == 0) {
 				*(uint32_t *)o->dst = i;
 				return 0;
 			}
+			if (len < sizeof names)
+				len += (size_t)snprintf(names + len,
+							sizeof names - len,
+							"%s%s", i ? ", " : "",
+							o->names[i]);
+		}
 		return dpl_set_error(DPL_EINVAL, "%s: option %s='%s' is not one "
-				  "of its values", mod, o->key, v);
+				  "of its values (%s)", mod, o->key, v,
+				  names);
+	}
 	default:
 		return dpl_set_error(DPL_EINVAL, "%s: option %s has unknown kind "
 				  "%u", mod, o->key, o->kind);
