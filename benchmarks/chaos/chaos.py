@@ -31,7 +31,7 @@ exists). A transport this dpl lacks is reported as skipped with the
 launcher's message.
 
 usage: chaos.py --dpl PATH [--transports LIST] [--faults kill,stop]
-                [--trials N] [--timeout S] [--seed X] [--json OUT]
+                [--phases setup,steady,teardown] [--trials N] [--timeout S] [--seed X] [--json OUT]
                 [--nprocs N] [--steady-s S] [--nice N] [--strict]
 
 Prints a table and the failed trials; writes everything to --json. Exits
@@ -270,6 +270,13 @@ def trial(cfg, name, cal, kind, phase, rng, errpath):
                 gone[r] = now - tf
         time.sleep(0.01)
     rc = job.wait(limit - time.monotonic())
+    if rc == 0:
+        # Every rank, the victim included, exited 0: the signal landed
+        # on a process already inside exit(), where it has no effect.
+        rec.update(missed=True, why="rank %d was already exiting (the job "
+                   "succeeded)" % victim)
+        job.done()
+        return rec
     rec["launcher_hung"] = rc is None
     rec["exit"] = rc
     now = time.monotonic()
@@ -395,6 +402,7 @@ def parse_args(argv):
     ap.add_argument("--dpl", required=True, help="the dpl binary")
     ap.add_argument("--transports", default="shm,ucx,ofi-tcp,ofi,cudaipc")
     ap.add_argument("--faults", default="kill,stop")
+    ap.add_argument("--phases", default="setup,steady,teardown")
     ap.add_argument("--trials", type=int, default=10)
     ap.add_argument("--timeout", type=float, default=3.0)
     ap.add_argument("--seed", type=int, default=1)
@@ -412,6 +420,10 @@ def parse_args(argv):
         if kind not in FAULTS:
             ap.error("--faults: unknown fault '%s' (known: kill, stop)"
                      % kind)
+    for ph in cfg.phases.split(","):
+        if ph not in PHASES:
+            ap.error("--phases: unknown phase '%s' (known: %s)"
+                     % (ph, ", ".join(PHASES)))
     if cfg.trials < 1:
         ap.error("--trials: must be >= 1 (got %d)" % cfg.trials)
     if not 0 < cfg.timeout <= 600:
@@ -444,10 +456,11 @@ def main(argv):
             print("%s: %d iterations, setup+teardown %.2f s, run %.2f s"
                   % (name, cal["iterations"], cal["setup_s"],
                      cal["wall_s"]), file=sys.stderr)
+            phases = cfg.phases.split(",")
             for kind in cfg.faults.split(","):
                 for i in range(cfg.trials):
-                    t = trial(cfg, name, cal, kind, PHASES[i % 3], rng,
-                              errpath)
+                    t = trial(cfg, name, cal, kind,
+                              phases[i % len(phases)], rng, errpath)
                     trials.append(t)
                     print("  %s %s %-8s rank %d: %s" % (
                         name, kind, t["phase"], t["victim"],
@@ -463,7 +476,8 @@ def main(argv):
         with open(cfg.json, "w") as f:
             json.dump({"config": {k: getattr(cfg, k) for k in
                                   ("nprocs", "timeout", "seed", "trials",
-                                   "transports", "faults", "steady_s")},
+                                   "transports", "faults", "phases",
+                                   "steady_s")},
                        "calibration": cals, "skipped": skipped,
                        "summary": rows, "trials": trials}, f, indent=1)
     return 1 if cfg.strict and nbad else 0

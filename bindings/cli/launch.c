@@ -1,11 +1,13 @@
 /*
  * launch.c - local multi-process launch for `dpl train --nprocs N`: pick a
  * free loopback port for the rendezvous, fork and exec one process per
- * rank with a fresh job secret, wait for them with a bound once one
- * failed or stopped, and name the rank that caused the failure.
+ * rank with a fresh job secret and the cause pipe, and wait for them with
+ * a bound once one failed or stopped; launch_report.c names the rank that
+ * caused the failure.
  */
 #define _POSIX_C_SOURCE 200809L
 #include <errno.h>
+#include <fcntl.h>
 #include <netinet/in.h>
 #include <signal.h>
 #include <stdio.h>
@@ -29,6 +31,7 @@
 
 #include "cli.h"
 #include "launch.h"
+#include "launch_internal.h"
 
 /* A signal that asks the launcher to stop, forwarded to the ranks. */
 static volatile sig_atomic_t stop_signal;
@@ -191,7 +194,7 @@ static int job_secret(char *hex)
 
 static void child(const struct cli_launch *p, const char *exe,
 		  uint32_t rank, unsigned port, pid_t parent,
-		  const char *secret)
+		  const char *secret, int cause_fd)
 {
 	char v[64];
 
@@ -207,6 +210,13 @@ static void child(const struct cli_launch *p, const char *exe,
 	setenv("DPL_ROOT", v, 1);
 	/* A fresh secret per job: only its own ranks join its rendezvous. */
 	setenv("DPL_JOB_SECRET", secret, 1);
+	/* The cause pipe's write end, kept across exec. */
+	if (cause_fd >= 0 && fcntl(cause_fd, F_SETFD, 0) == 0) {
+		snprintf(v, sizeof v, "%d", cause_fd);
+		setenv(CLI_LAUNCH_FD_ENV, v, 1);
+	} else {
+		unsetenv(CLI_LAUNCH_FD_ENV);
+	}
 	/* Loopback only, unless the user chose otherwise. */
 	setenv("UCX_NET_DEVICES", "lo", 0);
 	setenv("FI_TCP_IFACE", "lo", 0);
@@ -237,60 +247,6 @@ static int write_pid(const char *cmd, const char *dir, uint32_t rank,
 		return cli_fail(cmd, "--pid-dir %s: %s: %s", dir, path,
 				strerror(errno));
 	return 0;
-}
-
-struct proc {
-	pid_t pid;
-	int status;   /* waitpid status, valid when done */
-	bool done;
-	bool killed;  /* by the launcher: past the grace period, or stopped
-			 while every other rank had exited */
-	bool stopped; /* stopped by a signal and not continued since */
-	int stop_sig; /* the signal that stopped it, 0 when only /proc said */
-	unsigned seq; /* order in which the launcher saw it end */
-};
-
-static bool failed(const struct proc *c)
-{
-	return c->done && !(WIFEXITED(c->status) && WEXITSTATUS(c->status) ==
-							    CLI_OK);
-}
-
-/*
- * How much a failed rank explains the job's failure: stopped and never
- * continued (4), killed by a signal the launcher did not send (3), still
- * running when the launcher gave up on it (2: no progress), failed itself
- * (1), stopped because another rank failed (0). Ranks that exit after a
- * timeout or a notice are consequences of a stopped or dead rank.
- */
-static int weight(const struct proc *c)
-{
-	if (c->killed)
-		return c->stopped ? 4 : 2;
-	if (WIFSIGNALED(c->status))
-		return 3;
-	return WEXITSTATUS(c->status) == CLI_PEER_FAILED ? 0 : 1;
-}
-
-static void describe(const struct proc *c, char *buf, size_t size)
-{
-	if (c->killed && c->stopped && c->stop_sig != 0)
-		snprintf(buf, size, "stopped responding (stopped by signal %d "
-			 "(%s) and never continued; killed)", c->stop_sig,
-			 strsignal(c->stop_sig));
-	else if (c->killed && c->stopped)
-		snprintf(buf, size, "stopped responding (stopped by a signal "
-			 "and never continued; killed)");
-	else if (c->killed)
-		snprintf(buf, size, "did not exit in time and was killed");
-	else if (WIFSIGNALED(c->status))
-		snprintf(buf, size, "was killed by signal %d (%s)",
-			 WTERMSIG(c->status), strsignal(WTERMSIG(c->status)));
-	else if (WEXITSTATUS(c->status) == CLI_PEER_FAILED)
-		snprintf(buf, size, "stopped because another rank failed");
-	else
-		snprintf(buf, size, "failed (exit status %d)",
-			 WEXITSTATUS(c->status));
 }
 
 /* Is the process stopped right now (state T or t in /proc/PID/stat)? */
@@ -342,7 +298,7 @@ static void sweep_shm(pid_t pid)
 /* Start every rank; CLI_OK, or CLI_FAIL after stopping what started. */
 static int start_all(const char *cmd, const struct cli_launch *p,
 		     struct proc *c, const char *exe, unsigned port,
-		     const char *secret)
+		     const char *secret, int cause_fd)
 {
 	pid_t self = getpid();
 	uint32_t i;
@@ -352,7 +308,7 @@ static int start_all(const char *cmd, const struct cli_launch *p,
 	for (i = 0; i < p->nprocs; i++) {
 		c[i].pid = fork();
 		if (c[i].pid == 0)
-			child(p, exe, i, port, self, secret);
+			child(p, exe, i, port, self, secret, cause_fd);
 		if (c[i].pid < 0) {
 			rc = cli_fail(cmd, "cannot start rank %u: %s", i,
 				      strerror(errno));
@@ -383,14 +339,6 @@ static void put_down(struct proc *c)
 	c->done = c->killed = true;
 }
 
-/* What the watch loop knows. */
-struct watch {
-	double deadline;   /* 0: none yet */
-	bool by_stop;      /* the deadline comes from a stopped rank alone */
-	bool forwarded;
-	uint32_t left, nfail, nstopped;
-	unsigned seq;
-};
 
 /* Look at child c once: exited, stopped or continued. */
 static void poll_one(const struct cli_launch *p, struct proc *c,
@@ -428,7 +376,7 @@ static void poll_one(const struct cli_launch *p, struct proc *c,
 	c->done = true;
 	c->seq = w->seq++;
 	w->left--;
-	if (!failed(c))
+	if (!cli__failed(c))
 		return;
 	w->nfail++;
 	/* A bound set by a stop alone starts again: the others get the
@@ -488,63 +436,6 @@ static void watch_all(const struct cli_launch *p, struct proc *c,
 	}
 }
 
-/* The rank that explains the failure: the highest weight, the first seen
- * among equals. */
-static uint32_t cause_of(const struct proc *c, uint32_t n)
-{
-	uint32_t i, best = UINT32_MAX;
-
-	for (i = 0; i < n; i++) {
-		if (!failed(&c[i]))
-			continue;
-		if (best == UINT32_MAX || weight(&c[i]) > weight(&c[best]) ||
-		    (weight(&c[i]) == weight(&c[best]) &&
-		     c[i].seq < c[best].seq))
-			best = i;
-	}
-	return best;
-}
-
-/* Name every failed rank, the cause last. */
-static int report(const char *cmd, const struct cli_launch *p,
-		  const struct proc *c, const struct watch *w)
-{
-	char why[160], others[256];
-	uint32_t i, first = cause_of(c, p->nprocs), nothers = 0;
-	size_t len = 0;
-
-	for (i = 0; i < p->nprocs; i++)
-		if (failed(&c[i]) && i != first) {
-			describe(&c[i], why, sizeof why);
-			fprintf(stderr, "dpl %s: rank %u (pid %ld) %s\n", cmd,
-				i, (long)c[i].pid, why);
-		}
-	describe(&c[first], why, sizeof why);
-	others[0] = '\0';
-	/* A stopped or hung rank: the others gave up waiting for it. */
-	for (i = 0; c[first].killed && i < p->nprocs; i++) {
-		int k;
-
-		if (i == first || !failed(&c[i]) || c[i].killed)
-			continue;
-		k = snprintf(others + len, sizeof others - len, "%s%u",
-			     nothers ? ", " : "", i);
-		if (k < 0 || (size_t)k >= sizeof others - len)
-			break;
-		len += (size_t)k;
-		nothers++;
-	}
-	if (nothers > 0)
-		return cli_fail(cmd, "rank %u (pid %ld) %s; rank%s %s gave up "
-				"waiting for it; %u of %u ranks exited with an "
-				"error", first, (long)c[first].pid, why,
-				nothers > 1 ? "s" : "", others, w->nfail,
-				p->nprocs);
-	return cli_fail(cmd, "rank %u (pid %ld) %s; %u of %u ranks exited "
-			"with an error", first, (long)c[first].pid, why,
-			w->nfail, p->nprocs);
-}
-
 int cli_launch_run(const char *cmd, const struct cli_launch *p)
 {
 	struct proc *c = calloc(p->nprocs, sizeof *c);
@@ -554,7 +445,7 @@ int cli_launch_run(const char *cmd, const struct cli_launch *p)
 	char exe[4096], secret[65];
 	unsigned port;
 	uint32_t i;
-	int rc;
+	int rc, pipefd[2] = {-1, -1};
 	ssize_t n;
 
 	if (c == NULL)
@@ -571,9 +462,25 @@ int cli_launch_run(const char *cmd, const struct cli_launch *p)
 	else if (free_port(&port) != 0)
 		rc = cli_fail(cmd, "no free port on 127.0.0.1: %s",
 			      strerror(errno));
-	else
-		rc = start_all(cmd, p, c, exe, port, secret);
+	else {
+		/* Each rank that fails writes the cause it names here; a
+		 * launcher without the pipe judges by what it sees alone. */
+		if (pipe(pipefd) != 0 ||
+		    fcntl(pipefd[0], F_SETFD, FD_CLOEXEC) != 0 ||
+		    fcntl(pipefd[1], F_SETFD, FD_CLOEXEC) != 0) {
+			if (pipefd[0] >= 0) {
+				close(pipefd[0]);
+				close(pipefd[1]);
+			}
+			pipefd[0] = pipefd[1] = -1;
+		}
+		rc = start_all(cmd, p, c, exe, port, secret, pipefd[1]);
+		if (pipefd[1] >= 0)
+			close(pipefd[1]);
+	}
 	if (rc != CLI_OK) {
+		if (pipefd[0] >= 0)
+			close(pipefd[0]);
 		free(c);
 		return rc;
 	}
@@ -593,8 +500,9 @@ int cli_launch_run(const char *cmd, const struct cli_launch *p)
 		fprintf(stderr, "dpl %s: stopped by signal %d (%s), passed on "
 			"to every rank\n", cmd, (int)stop_signal,
 			strsignal(stop_signal));
+	cli__read_causes(pipefd[0], c, p->nprocs);
 	if (w.nfail > 0)
-		rc = report(cmd, p, c, &w);
+		rc = cli__report(cmd, p, c, &w);
 	free(c);
 	return rc;
 }

@@ -50,13 +50,29 @@ struct cli_launch {
  * killed by signal 9 (Killed)"), one still running when the bound was up
  * (no progress: "did not exit in time and was killed", followed by the
  * ranks that gave up waiting for it), one that failed itself ("failed
- * (exit status 1)"), one that stopped because another failed; the first
- * seen among equals. The ranks that exit after a timeout are consequences
- * of a stopped or hung rank, never named as its cause.
+ * (exit status 1)"), and when every failed rank stopped because of
+ * another, the rank most of them name (cli_launch_tell_cause), else the
+ * first seen; the first seen among equals. The ranks that exit after a
+ * timeout are consequences of a stopped or hung rank, never named as its
+ * cause. Each rank gets the write end of the cause pipe as DPL_LAUNCH_FD.
  * Returns the CLI exit code: CLI_OK when every rank exited 0, else
  * CLI_FAIL.
  */
 int cli_launch_run(const char *cmd, const struct cli_launch *p);
+
+/*
+ * cli_launch_tell_cause - a rank started by cli_launch_run() tells the
+ * launcher which rank its failure names as the cause (the runner's
+ * dpl_runner_cause(), or the rank the results gather failed with): one
+ * line on the pipe DPL_LAUNCH_FD names. The launcher uses these when
+ * every failed rank stopped because of another (exit status
+ * CLI_PEER_FAILED) and it saw no rank stop, die or hang itself: its last
+ * line then names the rank most of them name ("rank 2 (pid P) is named as
+ * the cause by ranks 0, 1, 3 and by itself; ..."). A no-op
+ * without DPL_LAUNCH_FD (another launcher) or with cause UINT32_MAX;
+ * best effort, never blocks for long (one short write to a pipe).
+ */
+void cli_launch_tell_cause(uint32_t rank, uint32_t cause);
 
 /*
  * cli_launch_env - the rank and world size this process was given by a

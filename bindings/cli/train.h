@@ -119,6 +119,9 @@ struct train_rank {
 	void *model;          /* dpl_mlp or dpl_synthetic */
 	int rc;               /* DPL_E* of the first failure, or 0 */
 	char msg[700];        /* what failed, "" when already reported */
+	uint32_t cause;       /* the rank the failure names (the runner's
+				 dpl_runner_cause(), the gather's), or
+				 DPL_RUNNER_NO_RANK */
 	uint32_t steps;
 	uint64_t t0, t1;      /* dpl_clock_ns() around the iterations */
 	/* the model's callbacks, under the --fail-at wrapper */

@@ -333,8 +333,11 @@ static int send_results(struct train_rank *k, struct xreq *x,
 	if (rc != 0 && k->msg[0] == '\0')
 		snprintf(k->msg, sizeof k->msg, "rank %u: posting results for "
 			 "rank 0: %s", k->rank, dpl_last_error());
+	if (rc != 0)
+		k->cause = who;
 	if (rc == 0 && !x[0].live && (int32_t)ack[0] != 0) {
 		rc = DPL_EPEER;
+		k->cause = ack[1];
 		if (ack[1] == ACK_NONE)
 			snprintf(k->msg, sizeof k->msg, "rank %u: rank 0 could "
 				 "not gather the results: %s (%s)", k->rank,
@@ -442,6 +445,7 @@ int train_gather(struct train_rank *k, struct train_result *R,
 		if (k->msg[0] == '\0')
 			snprintf(k->msg, sizeof k->msg, "rank %u: gathering "
 				 "results: %s", k->rank, dpl_last_error());
+		k->cause = who;
 		tell_verdict(k, rc, who, rsz);
 		goto out;
 	}

@@ -208,6 +208,7 @@ void train_rank_loop(struct train_rank *k)
 		rc = dpl_runner_step(k->r);
 		if (rc != 0) {
 			k->rc = rc;
+			k->cause = dpl_runner_cause(k->r);
 			snprintf(k->msg, sizeof k->msg, "%s",
 				 dpl_last_error());
 			break;

@@ -62,6 +62,7 @@ int train_process(struct train_job *J, struct train_result *R,
 	memset(&k, 0, sizeof k);
 	k.J = J;
 	k.rank = rank;
+	k.cause = DPL_RUNNER_NO_RANK;
 	dpl_runner_position(J->sched, J->reps, rank, &k.prank, &k.replica);
 	if (setup(&k) == 0)
 		train_rank_loop(&k);
@@ -91,5 +92,6 @@ int train_process(struct train_job *J, struct train_result *R,
 		return CLI_OK;
 	if (k.msg[0] != '\0')
 		fprintf(stderr, "dpl train: %s\n", k.msg);
+	cli_launch_tell_cause(rank, k.cause);
 	return rc == DPL_EPEER ? CLI_PEER_FAILED : CLI_FAIL;
 }

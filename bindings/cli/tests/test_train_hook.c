@@ -9,9 +9,11 @@
  *     and the error, and the launcher's last line names it;
  *   - a peer that one rank takes for dead (a one-sided drop, like a
  *     partition) is named by that rank, and every other rank, the
- *     dropped one included, stops with that rank's notice;
+ *     dropped one included, stops with that rank's notice; every rank
+ *     exits 3, and the launcher names the rank they name;
  *   - a rank whose results rank 0 cannot gather after training is named
- *     by rank 0 and, through rank 0's verdict, by the other ranks.
+ *     by rank 0 and, through rank 0's verdict, by the other ranks, and
+ *     by the launcher.
  * No rank process and nothing of theirs in /dev/shm is left. Every run
  * is waited for with a bound: a hang is a failure.
  */
@@ -176,7 +178,9 @@ static void failing_post(const struct inner *in)
  * which nobody took for dead but itself runs into rank 1's silence. */
 static void dropped_peer(const struct inner *in)
 {
+	char want[200];
 	struct run r;
+	pid_t pids[4];
 
 	need(in);
 	hook_run(&r, in, "hook.rank=1,hook.drop_peer=2,hook.drop_after=100",
@@ -185,6 +189,13 @@ static void dropped_peer(const struct inner *in)
 	every_rank_says(&r, "rank 1 lost rank 2", 1,
 			"with rank 2: peer failed (DPL_EPEER): hook: rank 2 "
 			"is dropped");
+	/* Every rank exits 3 (another rank's cause): the launcher names the
+	 * rank they name (their causes, DPL_LAUNCH_FD). */
+	cr_assert_eq(read_pids(&r, pids, 4), 4);
+	snprintf(want, sizeof want, "dpl train: rank 2 (pid %ld) is named as "
+		 "the cause by ranks 0, 1, 3 and by itself; 4 of 4 ranks "
+		 "exited with an error", (long)pids[2]);
+	cr_assert_not_null(strstr(r.err, want), "%s", r.err);
 	assert_no_leftovers(&r);
 	run_done(&r);
 }
@@ -224,6 +235,7 @@ static void lost_in_the_gather(const struct inner *in)
 	char faults[128], line[1024];
 	unsigned long n;
 	struct run r;
+	pid_t pids[4];
 	unsigned q;
 
 	need(in);
@@ -248,6 +260,13 @@ static void lost_in_the_gather(const struct inner *in)
 			 (int)strcspn(p, "\n"), p);
 		cr_assert_not_null(strstr(line, "(DPL_EPEER)"), "%s", line);
 	}
+	/* Rank 3, which got no verdict, names rank 0; the others outvote
+	 * it. */
+	cr_assert_eq(read_pids(&r, pids, 4), 4);
+	snprintf(line, sizeof line, "dpl train: rank 3 (pid %ld) is named as "
+		 "the cause by ranks 0, 1, 2; 4 of 4 ranks exited with an "
+		 "error", (long)pids[3]);
+	cr_assert_not_null(strstr(r.err, line), "%s", r.err);
 	cr_assert_eq(r.out[0], '\0', "stdout: %s", r.out);
 	assert_no_leftovers(&r);
 	run_done(&r);

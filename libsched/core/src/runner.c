@@ -108,6 +108,7 @@ int dpl_runner_create(const struct dpl_runner_params *p, dpl_runner **out)
 	r->t = p->transport;
 	r->rank = p->rank;
 	r->err_peer = DPL__NONE;
+	r->cause = DPL__NONE;
 	r->wait_peer = DPL__NONE;
 	r->batch = p->batch;
 	r->timeout_ns = (uint64_t)(p->timeout_ms ? p->timeout_ms
@@ -367,6 +368,11 @@ void dpl_runner_destroy(dpl_runner *r)
 	free(r->base);
 	free(r->reps);
 	free(r);
+}
+
+uint32_t dpl_runner_cause(const dpl_runner *r)
+{
+	return r->cause;
 }
 
 const char *dpl_runner_last_error(const dpl_runner *r)

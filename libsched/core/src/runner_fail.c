@@ -94,21 +94,21 @@ static int notice(dpl_runner *r, const unsigned char *m)
 			dpl__post_notices(r, DPL_ETIMEDOUT, w);
 		if (lost != r->rank) {
 			dpl__blame_chain(r, lost, &b);
-			r->err_peer = b.culprit;
+			r->err_peer = r->cause = b.culprit;
 			return dpl__fail(r, DPL_EPEER,
 				    "stopped in %s%s: rank %u timed out in %s "
 				    "at iteration %u waiting for rank %u%s",
 				    here, mine, origin, t, iter, lost, b.text);
 		}
 		if (w == DPL__NONE) {
-			r->err_peer = r->rank;
+			r->err_peer = r->cause = r->rank;
 			return dpl__fail(r, DPL_EPEER,
 				    "stopped in %s: rank %u timed out in %s "
 				    "at iteration %u waiting for this rank",
 				    here, origin, t, iter);
 		}
 		dpl__blame_chain(r, w, &b);
-		r->err_peer = b.culprit;
+		r->err_peer = r->cause = b.culprit;
 		return dpl__fail(r, DPL_EPEER,
 			    "stopped in %s waiting for rank %u: rank %u "
 			    "timed out in %s at iteration %u waiting for this "
@@ -116,6 +116,7 @@ static int notice(dpl_runner *r, const unsigned char *m)
 			    here, w, origin, t, iter, b.text);
 	}
 	relay(r, m);
+	r->cause = code == DPL_EPEER && lost < r->world ? lost : origin;
 	if (code == DPL_EPEER && lost != DPL__NONE)
 		return dpl__fail(r, DPL_EPEER,
 			    "stopped in %s: rank %u lost rank %u in %s at "
@@ -250,6 +251,13 @@ int dpl__step_failed(dpl_runner *r, int rc)
 		if (!r->by_notice && rc != DPL_ETIMEDOUT)
 			broadcast(r, rc);
 	}
+	/* Failed by itself, or with a peer it lost or timed out on (the
+	 * end of the chain): the cause. An adopted notice set its own. */
+	if (!r->by_notice)
+		r->cause = (rc == DPL_EPEER || rc == DPL_ETIMEDOUT) &&
+				   r->err_peer < r->world
+			   ? r->err_peer
+			   : r->rank;
 	dpl__stay(r);
 	dpl__runner_cancel_all(r);
 	dpl__error(rc, "%s", r->errmsg);

@@ -297,6 +297,7 @@ struct dpl_runner {
 	bool failed;
 	bool by_notice;          /* the failure came from another rank */
 	uint32_t err_peer;       /* peer of a request-level failure */
+	uint32_t cause;          /* dpl_runner_cause(), DPL__NONE before */
 	uint32_t wait_peer;      /* the rank a wait is for, or DPL__NONE */
 	uint64_t notice_ns;      /* when this rank posted its notices, or 0 */
 	uint64_t chain_end;      /* a timeout chain's deadline, or 0 */

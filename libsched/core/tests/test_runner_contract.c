@@ -363,6 +363,7 @@ Test(runner_create, a_lone_rank_needs_no_transport_and_steps)
 	cr_assert_eq(ss.peak_inflight, dpl_schedule_bound(s, 0));
 	cr_assert_eq(dpl_runner_stage_stats(r, 1, &ss), DPL_EINVAL);
 	cr_assert_str_eq(dpl_runner_last_error(r), "");
+	cr_assert_eq(dpl_runner_cause(r), DPL_RUNNER_NO_RANK);
 	dpl_runner_destroy(r);
 	dpl_schedule_destroy(s);
 }

@@ -111,6 +111,7 @@ def core() -> ctypes.CDLL:
         "dpl_runner_step": (c_int, [c_void_p]),
         "dpl_runner_destroy": (None, [c_void_p]),
         "dpl_runner_last_error": (c_char_p, [c_void_p]),
+        "dpl_runner_cause": (c_uint32, [c_void_p]),
         "dpl_runner_stats": (None, [c_void_p, POINTER(RunnerStats)]),
         "dpl_runner_stage_stats": (c_int, [c_void_p, c_uint32, POINTER(StageStats)]),
         "dpl_runner_events": (POINTER(Event), [c_void_p, POINTER(c_size_t)]),

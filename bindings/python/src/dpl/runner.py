@@ -263,6 +263,10 @@ class Runner:
             return
         msg = (self._lib.dpl_runner_last_error(self._ptr) or b"").decode("utf-8", "replace")
         err = errors.error_for(rc, msg or None)
+        if isinstance(err, errors.PeerError):
+            # The cause the runner settled on, not one read off the text.
+            cause = self._lib.dpl_runner_cause(self._ptr)
+            err.rank = None if cause == 0xFFFFFFFF else cause
         exc, self._exc = self._exc, None
         from ._report import report_failure
         report_failure(exc if exc is not None else err)

@@ -275,6 +275,23 @@ DPL_EXTERN void dpl_runner_destroy(dpl_runner *r);
  */
 DPL_EXTERN const char *dpl_runner_last_error(const dpl_runner *r);
 
+/*
+ * dpl_runner_cause - the world rank the runner's failure names as its
+ * cause, the rank its message names so (dpl_runner_last_error):
+ *   - this rank, when it failed by itself (a callback, the device, or a
+ *     transport error of its own such as DPL_EIO);
+ *   - the peer it lost (DPL_EPEER), or the rank at the end of the chain
+ *     of timeout notices it followed (DPL_ETIMEDOUT: the rank that lost
+ *     a peer, failed, or sent no word);
+ *   - the rank another rank's failure notice names, when it stopped on
+ *     one (the failing rank, the rank it lost, the end of its chain).
+ * DPL_RUNNER_NO_RANK while no step failed. Launchers and bindings use it
+ * to agree on one cause without parsing messages. Readable from any
+ * thread once the failing step returned; never fails.
+ */
+#define DPL_RUNNER_NO_RANK UINT32_MAX
+DPL_EXTERN uint32_t dpl_runner_cause(const dpl_runner *r);
+
 /* Totals since creation. Times in nanoseconds. */
 struct dpl_runner_stats {
 	uint64_t iterations;              /* successful steps */

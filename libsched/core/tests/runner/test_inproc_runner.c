@@ -324,6 +324,8 @@ Test(runner, a_failing_callback_stops_every_rank_naming_it, .timeout = 60)
 			     r->steps_ok);
 		cr_assert(strstr(r->msg, "rank 2") != NULL, "rank %u: %s", i,
 			  r->msg);
+		cr_assert_eq(r->cause, 2, "rank %u: cause %u: %s", i, r->cause,
+			     r->msg);
 		if (i == 2) {
 			cr_assert_eq(r->rc[1], DPL_ECALLBACK, "%d", r->rc[1]);
 			cr_assert(strstr(r->msg, "forward callback failed in "
@@ -361,6 +363,8 @@ Test(runner, a_rank_that_never_answers_times_out_naming_it, .timeout = 60)
 		cr_assert(r->rc[0] == DPL_ETIMEDOUT || r->rc[0] == DPL_EPEER,
 			  "rank %u: %d %s", i, r->rc[0], r->msg);
 		timed_out += r->rc[0] == DPL_ETIMEDOUT;
+		cr_assert_eq(r->cause, 3, "rank %u: cause %u: %s", i,
+			     r->cause, r->msg);
 		cr_assert(strstr(r->msg, "rank 3 sent no word within 75 ms: "
 					 "it is stopped, stuck or cut off") !=
 				  NULL,
@@ -396,6 +400,8 @@ Test(runner, a_peer_that_leaves_is_an_error_naming_it, .timeout = 60)
 
 		cr_assert_eq(r->steps_ok, 0);
 		cr_assert_neq(r->rc[0], 0);
+		cr_assert_eq(r->cause, 0, "rank %u: cause %u: %s", i,
+			     r->cause, r->msg);
 	}
 	/* Stage 1 (ranks 1, 2) receives from rank 0: it sees the peer
 	 * failure itself; stage 2 (rank 3) hears of it. */
@@ -602,6 +608,8 @@ Test(runner, a_failing_post_stops_every_rank_naming_it, .timeout = 60)
 		cr_assert_lt(r->steps_ok, 3, "rank %u ran every step", i);
 		cr_assert(strstr(r->msg, "rank 2") != NULL, "rank %u: %s", i,
 			  r->msg);
+		cr_assert_eq(r->cause, 2, "rank %u: cause %u: %s", i,
+			     r->cause, r->msg);
 	}
 	cr_assert_eq(first_failure(&w->res[2]), DPL_EIO, "%d: %s",
 		     first_failure(&w->res[2]), w->res[2].msg);
@@ -629,6 +637,9 @@ Test(runner, a_dropped_peer_is_named_by_the_rank_that_lost_it,
 	for (uint32_t i = 1; i < w->world; i++)
 		cr_assert(strstr(w->res[i].msg, "rank 0 lost rank 1") != NULL,
 			  "rank %u: %s", i, w->res[i].msg);
+	for (uint32_t i = 0; i < w->world; i++)
+		cr_assert_eq(w->res[i].cause, 1, "rank %u: cause %u: %s", i,
+			     w->res[i].cause, w->res[i].msg);
 	cr_assert_lt(w->res[1].steps_ok, 3);
 	cr_assert_eq(first_failure(&w->res[1]), DPL_EPEER, "%s",
 		     w->res[1].msg);

@@ -254,6 +254,7 @@ static void *rank_main(void *arg)
 		}
 		res->steps_ok++;
 	}
+	res->cause = r != NULL ? dpl_runner_cause(r) : DPL_RUNNER_NO_RANK;
 	if (r != NULL) {
 		dpl_runner_stats(r, &res->st);
 		for (s = 0; s < w->nstages; s++) {

@@ -60,6 +60,7 @@ struct toy_rank {
 	int rc[TOY_ITERS_MAX];
 	uint32_t steps_ok;
 	char msg[600];
+	uint32_t cause;          /* dpl_runner_cause() after the run */
 	int errors;
 	char first_error[200];
 	uint32_t peak[TOY_MAX_STAGES];
