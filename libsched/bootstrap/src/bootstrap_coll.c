@@ -172,10 +172,20 @@ fail:
 	return broke(b, rc);
 }
 
+/* How much longer a rank other than 0 waits for a collective's result
+ * than rank 0 waits for the contributions: long enough for rank 0's
+ * verdict (which ranks did not take part) to arrive. A quarter of the
+ * timeout, at most 0.5 s. */
+static uint32_t leaf_grace_ms(const dpl_bootstrap *b)
+{
+	return b->timeout_ms / 4 < 500 ? b->timeout_ms / 4 : 500;
+}
+
 static int leaf_gather(dpl_bootstrap *b, const void *mine, size_t len,
 		       void *all, uint32_t seq, int local_rc)
 {
-	uint64_t deadline = dpl__bs_now_ms() + b->timeout_ms;
+	uint32_t waited = b->timeout_ms + leaf_grace_ms(b);
+	uint64_t deadline = dpl__bs_now_ms() + waited;
 	char msg[BS_MSG_MAX + 1];
 	struct bs_hdr h;
 	int rc;
@@ -190,7 +200,7 @@ static int leaf_gather(dpl_bootstrap *b, const void *mine, size_t len,
 		return broke(b, dpl_set_error(rc, "bootstrap: rank 0 did not "
 					   "complete collective %u within %u "
 					   "ms (rank %u waited)", seq,
-					   b->timeout_ms, b->rank));
+					   waited, b->rank));
 	if (rc == DPL_EPEER) {
 		b->dead = 0;
 		return broke(b, dpl_set_error(rc, "bootstrap: rank 0 died "

@@ -372,6 +372,56 @@ Test(bootstrap, rank_killed_is_named, .timeout = 30)
 	check_dead_rank_named(1);
 }
 
+/*
+ * Rank 3 stops itself (SIGSTOP) instead of joining a collective; the
+ * other ranks join it late by different amounts, rank 0 last. Rank 0
+ * times out naming rank 3, and the other ranks, which wait a grace
+ * period longer, hear its verdict and name rank 3 too, not rank 0.
+ */
+static void stopped_rank(struct tj_rank *rk)
+{
+	struct job *j = job_of(rk);
+	int idx = (int)rk->rank;
+	struct rank_out *o = &j->out[idx];
+	dpl_bootstrap *b = NULL;
+	uint32_t v = 1, all[4];
+
+	o->rc = open_rank(rk, (uint32_t)idx, 4, 1000, &b);
+	save(o->msg, o->rc);
+	if (o->rc != 0)
+		return;
+	if (idx == 3)
+		raise(SIGSTOP); /* killed there by the job's deadline */
+	/* Rank 0 begins 60 ms after rank 1, 30 ms after rank 2. */
+	tj_sleep_ms(idx == 0 ? 60 : idx == 2 ? 30 : 0);
+	o->rc2 = dpl_bootstrap_allgather(b, &v, sizeof v, all);
+	save(o->msg2, o->rc2);
+	dpl_bootstrap_close(b);
+}
+
+Test(bootstrap, rank_stopped_in_a_collective_is_named_by_all, .timeout = 30)
+{
+	struct tj_job tj = {0};
+	struct job *j = run_job(&tj, 4, stopped_rank, NULL, 6000, 1u << 3);
+	int i;
+
+	for (i = 0; i < 3; i++) {
+		cr_expect_eq(j->out[i].rc, 0, "rank %d open: %s", i,
+			     j->out[i].msg);
+		cr_expect_eq(j->out[i].rc2, DPL_ETIMEDOUT, "rank %d: %d %s", i,
+			     j->out[i].rc2, j->out[i].msg2);
+		cr_expect(strstr(j->out[i].msg2, "rank 3 did not take part in "
+					 "collective 1 within 1000 ms") !=
+				  NULL,
+			  "rank %d: %s", i, j->out[i].msg2);
+	}
+	for (i = 1; i < 3; i++)
+		cr_expect(strstr(j->out[i].msg2, "(reported by rank 0)") !=
+				  NULL,
+			  "rank %d: %s", i, j->out[i].msg2);
+	tj_job_free(&tj);
+}
+
 /* Rank 0 checked while rank 1 was alive (or rank 1 failed to open). */
 #define FLAG_CHECKED 0
 

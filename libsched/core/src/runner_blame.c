@@ -180,7 +180,12 @@ void dpl__stay(dpl_runner *r)
 
 	if (r->notice_ns == 0 || r->t == NULL)
 		return;
-	end = r->notice_ns + dpl__grace_ns(r);
+	/* A rank that passed another's notice on stays a quarter of the
+	 * grace (the chain's end, when later): the notice is not new, and a
+	 * full grace after a late one would add to the time to exit. */
+	end = r->notice_ns + dpl__grace_ns(r) / (r->by_notice ? 4 : 1);
+	if (r->by_notice && r->chain_end > end)
+		end = r->chain_end;
 	while (dpl__now_ns() < end && dpl__tp_progress(r->t) >= 0)
 		nanosleep(&nap, NULL);
 }

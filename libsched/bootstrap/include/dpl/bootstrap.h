@@ -118,10 +118,14 @@ DPL_EXTERN int dpl_bootstrap_root(const dpl_bootstrap *b, char *buf,
 /*
  * dpl_bootstrap_allgather - every rank contributes `len` bytes (the same
  * len on all ranks, <= DPL_BOOTSTRAP_BLOB_MAX); on return all[r * len ..]
- * holds rank r's bytes on every rank. Blocks up to the timeout.
+ * holds rank r's bytes on every rank. Blocks up to the timeout: rank 0
+ * for the contributions, the other ranks a grace period longer (a quarter
+ * of the timeout, at most 0.5 s) for the result, so that when rank 0
+ * gives up its verdict reaches them and every rank names the same ranks.
  * Errors: DPL_EINVAL (len too large or different across ranks),
  * DPL_EPEER naming a rank that died, DPL_ETIMEDOUT naming the ranks that
- * did not take part, DPL_EIO.
+ * did not take part (on the other ranks: "... (reported by rank 0)"; or
+ * rank 0 itself when its verdict did not come either), DPL_EIO.
  */
 DPL_EXTERN int dpl_bootstrap_allgather(dpl_bootstrap *b, const void *mine,
 				       size_t len, void *all);

@@ -62,9 +62,11 @@
  * on the calling thread, dpl_runner_last_error() from any thread) names
  * the rank, the action and the peer. A rank that sent notices keeps its
  * transport progressed for the grace period after sending them before
- * dpl_runner_step() returns, so that peers read them before they can see
- * it leave (one that saw it leave first could only name it as lost); the
- * caller may close the transport at once. A runner that failed stays
+ * dpl_runner_step() returns (a rank passing on another's notice: a
+ * quarter of it, or to the end of the chain it follows), so that peers
+ * read them before they can see it leave (one that saw it leave first
+ * could only name it as lost); the caller may close the transport at
+ * once. dpl_runner_cause() gives the named rank as a number. A runner that failed stays
  * failed; destroy it.
  *
  * Threads: a runner is used by one thread at a time. Runners of different
