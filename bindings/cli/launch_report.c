@@ -137,6 +137,7 @@ static int report_named(const char *cmd, const struct cli_launch *p,
 			const struct proc *c, const struct watch *w,
 			uint32_t q)
 {
+	const char *ranks;
 	char by[256];
 	uint32_t i, nby = 0;
 	size_t len = 0;
@@ -146,10 +147,11 @@ static int report_named(const char *cmd, const struct cli_launch *p,
 	for (i = 0; i < p->nprocs; i++)
 		if (cli__failed(&c[i]) && c[i].named == q && i != q)
 			add_rank(by, sizeof by, &len, &nby, i);
+	ranks = nby == 0 ? "" : nby > 1 ? "ranks " : "rank ";
 	return cli_fail(cmd, "rank %u (pid %ld) is named as the cause by "
 			"%s%s%s%s; %u of %u ranks exited with an error", q,
-			(long)c[q].pid, nby ? (nby > 1 ? "ranks " : "rank ") : "",
-			by, nby && c[q].named == q ? " and " : "",
+			(long)c[q].pid, ranks, by,
+			nby && c[q].named == q ? " and " : "",
 			c[q].named == q ? "by itself" : "", w->nfail,
 			p->nprocs);
 }
