@@ -170,8 +170,10 @@ struct dpl_device_ops {
 	/*
 	 * alloc - `bytes` (> 0) bytes of memory of kind `mem`, aligned to
 	 * at least 64 bytes, in *out. The memory belongs to the caller until
-	 * free. May block. Returns 0, DPL_ENOMEM, or DPL_ENOTSUP for a kind
-	 * the device does not have (*out untouched on failure). Mandatory.
+	 * free. May block. Returns 0, DPL_ENOMEM, DPL_EINVAL for 0 bytes,
+	 * or DPL_ENOTSUP for a kind the device does not have (*out untouched
+	 * on failure, the reason in dpl_last_error()). Mandatory. The
+	 * device battery (conformance/device) checks this table's rules.
 	 */
 	int (*alloc)(void *ctx, uint32_t mem, size_t bytes, void **out);
 
