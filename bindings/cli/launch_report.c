@@ -161,11 +161,12 @@ int cli__report(const char *cmd, const struct cli_launch *p,
 		const struct proc *c, const struct watch *w)
 {
 	char why[160], others[256];
-	uint32_t i, first = cause_of(c, p->nprocs), nothers = 0;
+	uint32_t i, first = cause_of(c, p->nprocs), nothers = 0, named;
 	size_t len = 0;
 
-	if (weight(&c[first]) == 0 && most_named(c, p->nprocs) != NONE)
-		return report_named(cmd, p, c, w, most_named(c, p->nprocs));
+	if (weight(&c[first]) == 0 &&
+	    (named = most_named(c, p->nprocs)) != NONE)
+		return report_named(cmd, p, c, w, named);
 
 	print_failed_but(cmd, c, p->nprocs, first);
 	describe(&c[first], why, sizeof why);

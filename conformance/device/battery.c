@@ -51,17 +51,33 @@ static const struct dpl_device_ops *ops = &CONF_DEVICE_TABLE;
 #endif
 #endif
 
-/* A context of the device under test, set up as the core does. */
-static void *dev_open(uint32_t index)
+/* A context of the device under test, set up as the core does (zeroed
+ * ctx_size bytes, then init): 0 and *out, or init's error (DPL_ENOMEM
+ * for the context itself) with nothing kept. Usable from any thread. */
+static int dev_new(uint32_t index, void **out)
 {
 	struct dpl_device_params p = {index, NULL};
 	size_t size = ops->ctx_size ? ops->ctx_size : 1;
 	void *ctx = NULL;
 	int rc;
 
-	cr_assert_eq(posix_memalign(&ctx, 64, (size + 63) / 64 * 64), 0);
+	if (posix_memalign(&ctx, 64, (size + 63) / 64 * 64) != 0)
+		return dpl_set_error(DPL_ENOMEM, "no memory for the context");
 	memset(ctx, 0, size);
-	rc = ops->init(ctx, &p);
+	if ((rc = ops->init(ctx, &p)) != 0) {
+		free(ctx);
+		return rc;
+	}
+	*out = ctx;
+	return 0;
+}
+
+/* dev_new() in a test: a failure fails it. */
+static void *dev_open(uint32_t index)
+{
+	void *ctx = NULL;
+	int rc = dev_new(index, &ctx);
+
 	cr_assert_eq(rc, 0, "%s: init of device %u: %d %s", ops->name, index,
 		     rc, dpl_last_error());
 	return ctx;
@@ -449,21 +465,13 @@ static void *work(void *arg)
 	struct worker *w = arg;
 	const size_t n = 4096;
 	float x[4096], y[4096], got[4096];
-	struct dpl_device_params p = {0, NULL};
 	void *ctx = NULL, *dx = NULL, *dy = NULL;
-	size_t size = ops->ctx_size ? ops->ctx_size : 1, i;
+	size_t i;
 	int k;
 
-	if (posix_memalign(&ctx, 64, (size + 63) / 64 * 64) != 0) {
-		snprintf(w->why, sizeof w->why, "no memory");
-		w->bad++;
-		return NULL;
-	}
-	memset(ctx, 0, size);
-	if (ops->init(ctx, &p) != 0) {
+	if (dev_new(0, &ctx) != 0) {
 		snprintf(w->why, sizeof w->why, "init: %s", dpl_last_error());
 		w->bad++;
-		free(ctx);
 		return NULL;
 	}
 	if (ops->alloc(ctx, ops->mem, sizeof x, &dx) != 0 ||
@@ -496,8 +504,7 @@ static void *work(void *arg)
 	}
 	ops->free(ctx, ops->mem, dx);
 	ops->free(ctx, ops->mem, dy);
-	ops->fini(ctx);
-	free(ctx);
+	dev_close(ctx);
 	return NULL;
 }
 
