@@ -34,10 +34,12 @@ void dpl_mlp_activation_bytes(const struct dpl_mlp_params *p,
 			      const uint32_t *bounds, uint32_t stages,
 			      uint64_t *out)
 {
+	uint64_t e = p->precision == DPL_MLP_F32 ? sizeof(float)
+						  : sizeof(double);
 	uint32_t s;
 
 	for (s = 0; s < stages; s++)
-		out[s] = 8u * (uint64_t)p->widths[bounds[s + 1]];
+		out[s] = e * p->widths[bounds[s + 1]];
 }
 
 static int check_params(const struct dpl_mlp_params *p,
@@ -65,6 +67,11 @@ static int check_params(const struct dpl_mlp_params *p,
 	if (p->optimizer > DPL_MLP_ADAM)
 		return dpl_set_error(DPL_EINVAL, "mlp: optimizer %u",
 					 p->optimizer);
+	if (p->precision > DPL_MLP_F32)
+		return dpl_set_error(DPL_EINVAL,
+					 "mlp: precision %u (must be "
+					 "DPL_MLP_F64 = 0 or DPL_MLP_F32 = 1)",
+					 p->precision);
 	if (!(p->lr >= 0) || !isfinite(p->lr) || !(p->momentum >= 0) ||
 	    !(p->momentum < 1) || !(p->beta1 >= 0) || !(p->beta1 < 1) ||
 	    !(p->beta2 >= 0) || !(p->beta2 < 1) || !(p->eps >= 0) ||
@@ -130,7 +137,7 @@ static int stage_init(dpl_mlp *m, struct mstage *s)
 {
 	const uint32_t *wd = m->widths;
 	uint32_t nl = s->l1 - s->l0, i, maxw = 0, l;
-	size_t n = 0, ms = m->max_samples, k;
+	size_t n = 0, ms = m->max_samples, e = m->k->esize;
 
 	s->off = calloc(nl, sizeof *s->off);
 	if (s->off == NULL)
@@ -144,15 +151,15 @@ static int stage_init(dpl_mlp *m, struct mstage *s)
 			maxw = wd[l + 1];
 	}
 	s->nparams = n;
-	s->w = calloc(n, sizeof *s->w);
-	s->g = calloc(n, sizeof *s->g);
-	s->s1 = calloc(n, sizeof *s->s1);
-	s->s2 = calloc(n, sizeof *s->s2);
+	s->w = calloc(n, e);
+	s->g = calloc(n, e);
+	s->s1 = calloc(n, e);
+	s->s2 = calloc(n, e);
 	s->z = calloc((size_t)s->slots * nl, sizeof *s->z);
 	s->a = calloc((size_t)s->slots * nl, sizeof *s->a);
 	s->dz = calloc((size_t)s->slots * nl, sizeof *s->dz);
-	s->da = calloc(ms * maxw, sizeof *s->da);
-	s->db = calloc(ms * maxw, sizeof *s->db);
+	s->da = calloc(ms * maxw, e);
+	s->db = calloc(ms * maxw, e);
 	s->t = calloc(wd[m->p.layers], sizeof *s->t);
 	s->xs = calloc(wd[0], sizeof *s->xs);
 	if (!s->w || !s->g || !s->s1 || !s->s2 || !s->z || !s->a || !s->dz ||
@@ -161,9 +168,9 @@ static int stage_init(dpl_mlp *m, struct mstage *s)
 	for (i = 0; i < s->slots * nl; i++) {
 		uint32_t out = wd[s->l0 + i % nl + 1];
 
-		s->z[i] = calloc(ms * out, sizeof(double));
-		s->a[i] = calloc(ms * out, sizeof(double));
-		s->dz[i] = calloc(ms * out, sizeof(double));
+		s->z[i] = calloc(ms * out, e);
+		s->a[i] = calloc(ms * out, e);
+		s->dz[i] = calloc(ms * out, e);
 		if (!s->z[i] || !s->a[i] || !s->dz[i])
 			return DPL_ENOMEM;
 	}
@@ -172,21 +179,13 @@ static int stage_init(dpl_mlp *m, struct mstage *s)
 		if (s->x == NULL)
 			return DPL_ENOMEM;
 		for (i = 0; i < s->slots; i++)
-			if ((s->x[i] = calloc(ms * wd[0], sizeof(double))) ==
-			    NULL)
+			if ((s->x[i] = calloc(ms * wd[0], e)) == NULL)
 				return DPL_ENOMEM;
 	}
-	for (l = s->l0; l < s->l1; l++) {
-		double *w = s->w + s->off[l - s->l0];
-		size_t nw = (size_t)wd[l + 1] * wd[l];
-
-		for (k = 0; k < nw; k++)
-			w[k] = dpl__mlp_init_weight(&m->p, l, k, wd[l]);
-		/* biases start at 0 (calloc) */
-	}
+	m->k->init(m, s); /* biases start at 0 (calloc) */
 	s->gbuf.ptr = s->g;
 	s->gbuf.count = n;
-	s->gbuf.dtype = DPL_DTYPE_F64;
+	s->gbuf.dtype = m->k->dtype;
 	s->gbuf.mem = DPL_MEM_HOST;
 	return 0;
 }
@@ -220,6 +219,8 @@ int dpl_mlp_create(const struct dpl_mlp_params *p,
 	if (m == NULL)
 		return dpl_set_error(DPL_ENOMEM, "mlp: out of memory");
 	m->p = *p;
+	m->k = p->precision == DPL_MLP_F32 ? &dpl__mlp_kernels_f32
+					   : &dpl__mlp_kernels_f64;
 	m->widths = malloc((p->layers + 1) * sizeof *m->widths);
 	m->sidx = malloc(l->stages * sizeof *m->sidx);
 	m->layer_st = malloc(p->layers * sizeof *m->layer_st);

@@ -1,7 +1,11 @@
 /*
  * mlp_internal.h - the reference model's state, shared by its source
- * files (creation, data, stage callbacks, optimizer, inspection). Not
- * installed.
+ * files (creation, data, stage callbacks, arithmetic, optimizer,
+ * inspection). Not installed.
+ *
+ * The state's values are of the model's element type (double or float:
+ * struct mkernels' esize); they are kept as void pointers and read
+ * through the arithmetic of that type (mlp_kernels.c).
  */
 #ifndef DPL_MLP_INTERNAL_H
 #define DPL_MLP_INTERNAL_H
@@ -21,15 +25,15 @@ struct mstage {
 	bool has_last;      /* holds layer L-1 */
 	uint32_t slots;
 	size_t nparams;
-	double *w;          /* parameters: W then b, layer by layer */
-	double *g;          /* gradients, same layout */
-	double *s1, *s2;    /* optimizer state (momentum; Adam m and v) */
-	size_t *off;        /* [nl] offset of layer l0 + i's W in w */
-	double **z, **a, **dz; /* [slot * nl + i] */
-	double **x;         /* [slot] generated inputs (has_first) */
-	double *da, *db;    /* scratch: gradients between layers */
-	double *t;          /* scratch: one sample's MSE target */
-	double *xs;         /* scratch: one sample's inputs */
+	void *w;            /* parameters: W then b, layer by layer */
+	void *g;            /* gradients, same layout */
+	void *s1, *s2;      /* optimizer state (momentum; Adam m and v) */
+	size_t *off;        /* [nl] offset (in values) of layer l0 + i's W */
+	void **z, **a, **dz; /* [slot * nl + i] */
+	void **x;           /* [slot] generated inputs (has_first) */
+	void *da, *db;      /* scratch: gradients between layers */
+	double *t;          /* scratch: one sample's MSE target (double) */
+	double *xs;         /* scratch: one sample's inputs (double) */
 	double loss_acc;
 	double loss_last;
 	bool stepped;
@@ -37,8 +41,37 @@ struct mstage {
 	struct dpl_buffer gbuf;
 };
 
+struct dpl_mlp;
+
+/* The arithmetic of one element type (mlp_kernels.c). The callbacks'
+ * arguments are checked before these run. */
+struct mkernels {
+	const char *name;       /* "f64", "f32" */
+	size_t esize;           /* bytes a value */
+	enum dpl_dtype dtype;
+	/* The seeded initial weights of the stage's layers (biases stay 0). */
+	void (*init)(struct dpl_mlp *m, struct mstage *s);
+	/* Forward of the stage's layers for a's samples; the loss on the
+	 * last layer. */
+	void (*forward)(struct dpl_mlp *m, struct mstage *s,
+			const struct dpl_stage_args *a);
+	/* dz of every layer and the gradient of the stage input. */
+	void (*backward_input)(struct dpl_mlp *m, struct mstage *s,
+			       const struct dpl_stage_args *a);
+	/* dW and db added to the gradients from the stored dz. */
+	void (*backward_weight)(struct dpl_mlp *m, struct mstage *s,
+				const struct dpl_stage_args *a);
+	/* The optimizer's update of the parameters (s->steps counts this
+	 * one); the gradients are left as they are. */
+	void (*update)(struct dpl_mlp *m, struct mstage *s);
+};
+
+extern const struct mkernels dpl__mlp_kernels_f64;
+extern const struct mkernels dpl__mlp_kernels_f32;
+
 struct dpl_mlp {
 	struct dpl_mlp_params p;
+	const struct mkernels *k; /* the precision's arithmetic */
 	uint32_t *widths;
 	uint64_t max_samples;
 	uint64_t batch;
@@ -54,6 +87,11 @@ struct dpl_mlp {
  * [-sqrt(3 / fan_in), sqrt(3 / fan_in)], from the seed alone. */
 double dpl__mlp_init_weight(const struct dpl_mlp_params *p, uint32_t layer,
 			    uint64_t idx, uint32_t fan_in);
+
+/* The input of layer l0 + i of a slot: the previous layer's
+ * activation, the generated inputs or the runner's (mlp_kernels.c). */
+const void *dpl__mlp_layer_input(const struct mstage *s, uint32_t slot,
+				 uint32_t i, const struct dpl_stage_args *a);
 
 /* The held stage `stage` in *out, or DPL_EINVAL naming it (mlp_stage.c). */
 int dpl__mlp_find_stage(dpl_mlp *m, uint32_t stage, struct mstage **out);

@@ -1,43 +1,15 @@
 /*
- * mlp_stage.c - the reference model's layer math and the stage callbacks
- * the runner calls: forward (dense layers, activations, the loss on the
- * last stage), backward_input, backward_weight and the gradient buffers.
- * The step is the optimizer's (mlp_optimizer.c). All arithmetic is in
- * double precision and in a fixed order, so a given layout computes the
- * same bits whatever the schedule.
+ * mlp_stage.c - the stage callbacks the runner calls: forward (dense
+ * layers, activations, the loss on the last stage), backward_input,
+ * backward_weight and the gradient buffers. They check their arguments
+ * and run the arithmetic of the model's precision (mlp_kernels.c). The
+ * step is the optimizer's (mlp_optimizer.c).
  */
 #define _POSIX_C_SOURCE 200809L
-#include <math.h>
 #include <stdbool.h>
-#include <stdlib.h>
-#include <string.h>
-
-#include <cblas.h>
+#include <stddef.h>
 
 #include "mlp_internal.h"
-
-/* ---- math ---- */
-
-static double act(uint32_t kind, double z)
-{
-	if (kind == DPL_MLP_RELU)
-		return z > 0 ? z : 0;
-	return 0.5 * z *
-	       (1.0 + tanh(0.7978845608028654 * (z + 0.044715 * z * z * z)));
-}
-
-static double act_grad(uint32_t kind, double z)
-{
-	double u, th;
-
-	if (kind == DPL_MLP_RELU)
-		return z > 0 ? 1 : 0;
-	u = 0.7978845608028654 * (z + 0.044715 * z * z * z);
-	th = tanh(u);
-	return 0.5 * (1.0 + th) + 0.5 * z * (1.0 - th * th) *
-					  0.7978845608028654 *
-					  (1.0 + 3.0 * 0.044715 * z * z);
-}
 
 int dpl__mlp_find_stage(dpl_mlp *m, uint32_t stage, struct mstage **out)
 {
@@ -53,8 +25,8 @@ static int check_args(dpl_mlp *m, struct mstage *s,
 		      const struct dpl_stage_args *a, bool backward)
 {
 	uint64_t n = a->end - a->begin;
-	size_t in = (size_t)n * m->widths[s->l0] * 8u;
-	size_t out = (size_t)n * m->widths[s->l1] * 8u;
+	size_t in = (size_t)n * m->widths[s->l0] * m->k->esize;
+	size_t out = (size_t)n * m->widths[s->l1] * m->k->esize;
 
 	if (a->end < a->begin || n > m->max_samples)
 		return dpl_set_error(DPL_EINVAL,
@@ -91,105 +63,16 @@ static int check_args(dpl_mlp *m, struct mstage *s,
 	return 0;
 }
 
-/* Input of layer l0 + i for a slot. */
-static const double *layer_input(struct mstage *s, uint32_t slot,
-				 uint32_t i, const struct dpl_stage_args *a)
-{
-	uint32_t nl = s->l1 - s->l0;
-
-	if (i > 0)
-		return s->a[slot * nl + i - 1];
-	return s->has_first ? s->x[slot] : a->input;
-}
-
-/* Loss of the last layer's z for n samples; writes dz, adds to loss. */
-static void loss(dpl_mlp *m, struct mstage *s, const double *z, double *dz,
-		 uint64_t n, const struct dpl_stage_args *a)
-{
-	uint32_t c, C = m->widths[m->p.layers], cls = 0;
-	double *x = s->xs;
-	double scale = 1.0 / (double)m->batch, sum = 0, mx, e, lse;
-	uint64_t j, k;
-
-	for (j = 0; j < n; j++) {
-		const double *zj = z + j * C;
-		double *dj = dz + j * C;
-
-		k = (a->iteration * m->batch + a->begin + j) % m->dataset;
-		dpl_mlp_sample(&m->p, k, x, &cls, s->t);
-		if (m->p.loss == DPL_MLP_MSE) {
-			double l = 0;
-
-			for (c = 0; c < C; c++) {
-				double d = zj[c] - s->t[c];
-
-				l += d * d;
-				dj[c] = 2.0 * d / C * scale;
-			}
-			sum += l / C;
-			continue;
-		}
-		mx = zj[0];
-		for (c = 1; c < C; c++)
-			if (zj[c] > mx)
-				mx = zj[c];
-		e = 0;
-		for (c = 0; c < C; c++)
-			e += exp(zj[c] - mx);
-		lse = mx + log(e);
-		for (c = 0; c < C; c++)
-			dj[c] = (exp(zj[c] - lse) - (c == cls ? 1.0 : 0.0)) *
-				scale;
-		sum += lse - zj[cls];
-	}
-	s->loss_acc += sum * scale;
-}
-
 static int mlp_forward(void *user, const struct dpl_stage_args *a)
 {
 	dpl_mlp *m = user;
 	struct mstage *s = NULL;
-	uint32_t nl, i, l, in, out;
-	uint64_t n = a->end - a->begin, j, k;
 	int rc;
 
 	if ((rc = dpl__mlp_find_stage(m, a->stage, &s)) != 0 ||
 	    (rc = check_args(m, s, a, false)) != 0)
 		return rc;
-	nl = s->l1 - s->l0;
-	if (s->has_first) {
-		uint32_t cls;
-
-		for (j = 0; j < n; j++) {
-			k = (a->iteration * m->batch + a->begin + j) %
-			    m->dataset;
-			dpl_mlp_sample(&m->p, k,
-				       s->x[a->slot] + j * m->widths[0], &cls,
-				       s->t);
-		}
-	}
-	for (i = 0; i < nl; i++) {
-		const double *x = layer_input(s, a->slot, i, a);
-		const double *w = s->w + s->off[i];
-		double *z = s->z[a->slot * nl + i], *y;
-
-		l = s->l0 + i;
-		in = m->widths[l];
-		out = m->widths[l + 1];
-		cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)n,
-			    (int)out, (int)in, 1.0, x, (int)in, w, (int)in,
-			    0.0, z, (int)out);
-		for (j = 0; j < n; j++)
-			for (k = 0; k < out; k++)
-				z[j * out + k] += w[(size_t)out * in + k];
-		if (l + 1 == m->p.layers) {
-			loss(m, s, z, s->dz[a->slot * nl + i], n, a);
-			continue;
-		}
-		y = i + 1 == nl ? a->output : s->a[a->slot * nl + i];
-		for (j = 0; j < n * out; j++)
-			y[j] = act(m->p.activation, z[j]);
-	}
+	m->k->forward(m, s, a);
 	return 0;
 }
 
@@ -198,38 +81,12 @@ static int mlp_backward_input(void *user, const struct dpl_stage_args *a)
 {
 	dpl_mlp *m = user;
 	struct mstage *s = NULL;
-	uint32_t nl, i, l, in, out;
-	uint64_t n = a->end - a->begin, j;
-	const double *up;
 	int rc;
 
 	if ((rc = dpl__mlp_find_stage(m, a->stage, &s)) != 0 ||
 	    (rc = check_args(m, s, a, true)) != 0)
 		return rc;
-	nl = s->l1 - s->l0;
-	up = a->grad_output; /* gradient of the stage output (or none) */
-	for (i = nl; i-- > 0;) {
-		const double *z = s->z[a->slot * nl + i];
-		double *dz = s->dz[a->slot * nl + i], *dst;
-
-		l = s->l0 + i;
-		in = m->widths[l];
-		out = m->widths[l + 1];
-		if (l + 1 != m->p.layers)
-			for (j = 0; j < n * out; j++)
-				dz[j] = up[j] * act_grad(m->p.activation, z[j]);
-		if (i == 0) {
-			if (a->grad_input == NULL)
-				break;
-			dst = a->grad_input;
-		} else {
-			dst = (i % 2) ? s->da : s->db;
-		}
-		cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)n,
-			    (int)in, (int)out, 1.0, dz, (int)out,
-			    s->w + s->off[i], (int)in, 0.0, dst, (int)in);
-		up = dst;
-	}
+	m->k->backward_input(m, s, a);
 	return 0;
 }
 
@@ -238,29 +95,12 @@ static int mlp_backward_weight(void *user, const struct dpl_stage_args *a)
 {
 	dpl_mlp *m = user;
 	struct mstage *s = NULL;
-	uint32_t nl, i, l, in, out, k;
-	uint64_t n = a->end - a->begin, j;
 	int rc;
 
 	if ((rc = dpl__mlp_find_stage(m, a->stage, &s)) != 0 ||
 	    (rc = check_args(m, s, a, true)) != 0)
 		return rc;
-	nl = s->l1 - s->l0;
-	for (i = nl; i-- > 0;) {
-		const double *dz = s->dz[a->slot * nl + i];
-		const double *x = layer_input(s, a->slot, i, a);
-		double *g = s->g + s->off[i];
-
-		l = s->l0 + i;
-		in = m->widths[l];
-		out = m->widths[l + 1];
-		cblas_dgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)out,
-			    (int)in, (int)n, 1.0, dz, (int)out, x, (int)in,
-			    1.0, g, (int)in);
-		for (j = 0; j < n; j++)
-			for (k = 0; k < out; k++)
-				g[(size_t)out * in + k] += dz[j * out + k];
-	}
+	m->k->backward_weight(m, s, a);
 	return 0;
 }
 

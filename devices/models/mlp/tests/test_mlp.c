@@ -13,100 +13,11 @@
 
 #include <dpl/model_mlp.h>
 
-static const uint32_t W4[] = {5, 7, 6, 3};
+#include "mlp_harness.h"
 
 static struct dpl_mlp_params params(uint32_t act, uint32_t loss)
 {
-	struct dpl_mlp_params p = {0};
-
-	p.layers = 3;
-	p.widths = W4;
-	p.activation = act;
-	p.loss = loss;
-	p.optimizer = DPL_MLP_SGD;
-	p.lr = 0.05;
-	p.seed = 42;
-	return p;
-}
-
-/* A model of `stages` stages, all held, batch `batch`. */
-static dpl_mlp *model(struct dpl_mlp_params *p, uint32_t stages,
-		      uint32_t batch)
-{
-	uint32_t bounds[8];
-	struct dpl_mlp_layout l = {0};
-	dpl_mlp *m = NULL;
-
-	cr_assert_eq(dpl_mlp_bounds(p->layers, stages, bounds), 0);
-	l.stages = stages;
-	l.bounds = bounds;
-	l.max_samples = batch;
-	l.batch = batch;
-	cr_assert_eq(dpl_mlp_create(p, &l, &m), 0, "%s", dpl_last_error());
-	return m;
-}
-
-static const struct dpl_stage_ops *O = &dpl_mlp_stage_ops;
-
-/* Run forward (and backward when asked) over `stages` stages on the
- * whole batch; activations travel through local buffers. */
-static void pass(dpl_mlp *m, const struct dpl_mlp_params *p,
-		 uint32_t stages, uint32_t batch, bool backward,
-		 bool split)
-{
-	uint32_t bounds[8], s;
-	double *act[8] = {0}, *grad[8] = {0};
-	struct dpl_stage_args a;
-
-	dpl_mlp_bounds(p->layers, stages, bounds);
-	for (s = 0; s + 1 < stages; s++) {
-		act[s] = calloc((size_t)batch * p->widths[bounds[s + 1]], 8);
-		grad[s] = calloc((size_t)batch * p->widths[bounds[s + 1]], 8);
-	}
-	for (s = 0; s < stages; s++) {
-		memset(&a, 0, sizeof a);
-		a.stage = s;
-		a.end = batch;
-		a.batch = batch;
-		if (s > 0) {
-			a.input = act[s - 1];
-			a.input_bytes = (size_t)batch * p->widths[bounds[s]] * 8;
-		}
-		if (s + 1 < stages) {
-			a.output = act[s];
-			a.output_bytes = (size_t)batch *
-					 p->widths[bounds[s + 1]] * 8;
-		}
-		cr_assert_eq(O->forward(m, &a), 0, "%s", dpl_last_error());
-	}
-	for (s = stages; backward && s-- > 0;) {
-		memset(&a, 0, sizeof a);
-		a.stage = s;
-		a.end = batch;
-		a.batch = batch;
-		if (s > 0) {
-			a.input = act[s - 1];
-			a.input_bytes = (size_t)batch * p->widths[bounds[s]] * 8;
-			a.grad_input = grad[s - 1];
-			a.grad_input_bytes = a.input_bytes;
-		}
-		if (s + 1 < stages) {
-			a.grad_output = grad[s];
-			a.grad_output_bytes = (size_t)batch *
-					      p->widths[bounds[s + 1]] * 8;
-		}
-		if (split) {
-			cr_assert_eq(O->backward_input(m, &a), 0);
-			cr_assert_eq(O->backward_weight(m, &a), 0);
-		} else {
-			cr_assert_eq(O->backward(m, &a), 0, "%s",
-				     dpl_last_error());
-		}
-	}
-	for (s = 0; s < 8; s++) {
-		free(act[s]);
-		free(grad[s]);
-	}
+	return small_params(act, loss, DPL_MLP_F64);
 }
 
 /* Weights of every layer: saved and put back around a step. */
@@ -238,48 +149,11 @@ Test(mlp, gradients_match_finite_differences_across_stages)
 	check_fd(DPL_MLP_RELU, DPL_MLP_MSE, 2);
 }
 
-/* Gradients of every layer, concatenated. */
-static double *grads(dpl_mlp *m, size_t *n)
-{
-	double *out = malloc(4096 * 8);
-	const double *w, *b;
-	size_t nw, nb;
-	uint32_t l;
-
-	*n = 0;
-	for (l = 0; l < 3; l++) {
-		dpl_mlp_layer_grad(m, l, &w, &nw, &b, &nb);
-		memcpy(out + *n, w, nw * 8);
-		*n += nw;
-		memcpy(out + *n, b, nb * 8);
-		*n += nb;
-	}
-	return out;
-}
-
 Test(mlp, split_backward_and_stage_splits_compute_the_same_bits)
 {
 	struct dpl_mlp_params p = params(DPL_MLP_GELU, DPL_MLP_SOFTMAX_CE);
-	dpl_mlp *one = model(&p, 1, 6), *three = model(&p, 3, 6),
-		*sp = model(&p, 3, 6);
-	double *g1, *g3, *gs;
-	size_t n1, n3, ns;
 
-	pass(one, &p, 1, 6, true, false);
-	pass(three, &p, 3, 6, true, false);
-	pass(sp, &p, 3, 6, true, true);
-	g1 = grads(one, &n1);
-	g3 = grads(three, &n3);
-	gs = grads(sp, &ns);
-	cr_assert_eq(n1, 5 * 7 + 7 + 7 * 6 + 6 + 6 * 3 + 3);
-	cr_assert_eq(n1, n3);
-	cr_assert_eq(n1, ns);
-	cr_assert_eq(memcmp(g1, g3, n1 * 8), 0);
-	cr_assert_eq(memcmp(g3, gs, n1 * 8), 0);
-	free(g1), free(g3), free(gs);
-	dpl_mlp_destroy(one);
-	dpl_mlp_destroy(three);
-	dpl_mlp_destroy(sp);
+	check_same_bits(&p);
 }
 
 Test(mlp, initialisation_depends_only_on_the_seed)
