@@ -68,6 +68,8 @@ struct train_opts {
 	uint32_t loss;
 	uint32_t optimizer;
 	bool optimizer_set;
+	uint32_t precision;    /* --dtype: enum dpl_mlp_precision, 0 = f64 */
+	bool precision_set;
 	double lr;
 	double momentum;
 	bool momentum_set;
@@ -103,9 +105,11 @@ struct train_job {
 	pthread_barrier_t bar;
 };
 
-/* The final weights and biases of one layer, wherever they live. */
+/* The final weights and biases of one layer, wherever they live, in the
+ * job's precision: doubles, or floats with --dtype f32
+ * (train_value_bytes). */
 struct train_layer {
-	const double *w, *b;
+	const void *w, *b;
 	size_t nw, nb;
 };
 
@@ -186,6 +190,11 @@ void train_mlp_params(const struct train_opts *o, struct dpl_mlp_params *p);
 #endif
 
 /* ---- train_weights.c ---- */
+
+/* Bytes a value of the model --dtype gives: 8 (f64) or 4 (f32). */
+size_t train_value_bytes(const struct train_opts *o);
+/* The name of the model's precision: "f64" or "f32". */
+const char *train_dtype_name(const struct train_opts *o);
 
 /* The stage that holds layer `layer`. */
 uint32_t train_layer_stage(const struct train_job *J, uint32_t layer);

@@ -8,7 +8,10 @@
  * report, an array of doubles:
  *   loss[iterations] (NAN where this rank has none),
  *   n, then n x {stage, peak in flight, peak buffer bytes}   (replica 0),
- *   n, then n x {layer, nw, nb, w[nw], b[nb]}                 (replica 0).
+ *   n, then n x {layer, nw, nb, w[nw], b[nb]}                 (replica 0),
+ * where w and b are the model's values byte for byte: nw doubles, or with
+ * --dtype f32 nw floats packed two to a double (and a last half of zero
+ * bytes when nw is odd); likewise b.
  * Rank 0 answers every rank when it has them all (an ack of two 32-bit
  * words: 0 and DPL__NONE); then all close. When a rank's results do not
  * come, rank 0's ack carries its verdict instead (the code and the rank
@@ -48,6 +51,22 @@ static uint64_t grace_ns(const struct train_job *J)
 	return (uint64_t)((s < 0.5 ? s : 0.5) * 1e9);
 }
 
+/* The doubles that n values of e bytes take in a report. */
+static size_t words(size_t n, size_t e)
+{
+	return (n * e + sizeof(double) - 1) / sizeof(double);
+}
+
+#if defined(DPL_HAVE_DEVICE_CPU)
+/* n values of e bytes from src into the report at out (words(n, e)
+ * doubles, the padding zero). */
+static void pack(double *out, const void *src, size_t n, size_t e)
+{
+	memset(out, 0, words(n, e) * sizeof *out);
+	memcpy(out, src, n * e);
+}
+#endif
+
 size_t train_report_build(struct train_rank *k, double *out)
 {
 	struct train_job *J = k->J;
@@ -79,23 +98,23 @@ size_t train_report_build(struct train_rank *k, double *out)
 #if defined(DPL_HAVE_DEVICE_CPU)
 	for (l = 0; !J->o.synthetic && k->replica == 0 && l < J->layers;
 	     l++) {
-		const double *w, *b;
-		size_t nw, nb;
+		size_t e = train_value_bytes(&J->o);
+		struct dpl_mlp_view v;
 
 		if (dpl_schedule_stage_rank(J->sched,
 					    train_layer_stage(J, l)) !=
 			    k->prank ||
-		    dpl_mlp_layer(k->model, l, &w, &nw, &b, &nb) != 0)
+		    dpl_mlp_layer_view(k->model, l, &v) != 0)
 			continue;
 		if (out) {
 			out[at]++;
 			out[n] = l;
-			out[n + 1] = (double)nw;
-			out[n + 2] = (double)nb;
-			memcpy(out + n + 3, w, nw * sizeof *w);
-			memcpy(out + n + 3 + nw, b, nb * sizeof *b);
+			out[n + 1] = (double)v.nw;
+			out[n + 2] = (double)v.nb;
+			pack(out + n + 3, v.w, v.nw, e);
+			pack(out + n + 3 + words(v.nw, e), v.b, v.nb, e);
 		}
-		n += 3 + nw + nb;
+		n += 3 + words(v.nw, e) + words(v.nb, e);
 	}
 #endif
 	return n;
@@ -111,7 +130,9 @@ static bool whole(double v, double max)
 static int report_read(struct train_job *J, struct train_result *R, uint32_t q,
 		       const double *d, size_t n, struct train_layer *v)
 {
-	size_t at = J->o.iterations, i, cnt;
+	size_t at = J->o.iterations, i, cnt, e = train_value_bytes(&J->o);
+	/* Values a double of the report holds. */
+	double per = (double)(sizeof(double) / e);
 
 	if (n < at + 2)
 		goto bad;
@@ -134,24 +155,26 @@ static int report_read(struct train_job *J, struct train_result *R, uint32_t q,
 		goto bad;
 	cnt = (size_t)d[at++];
 	for (i = 0; i < cnt; i++) {
-		size_t nw, nb;
+		size_t nw, nb, ww, wb;
 		uint32_t l;
 
 		if (n - at < 3 || !whole(d[at], J->layers - 1) ||
-		    !whole(d[at + 1], (double)(n - at)) ||
-		    !whole(d[at + 2], (double)(n - at)))
+		    !whole(d[at + 1], (double)(n - at) * per) ||
+		    !whole(d[at + 2], (double)(n - at) * per))
 			goto bad;
 		l = (uint32_t)d[at];
 		nw = (size_t)d[at + 1];
 		nb = (size_t)d[at + 2];
 		at += 3;
-		if (nw > n - at || nb > n - at - nw)
+		ww = words(nw, e);
+		wb = words(nb, e);
+		if (ww > n - at || wb > n - at - ww)
 			goto bad;
 		v[l].w = d + at;
 		v[l].nw = nw;
-		v[l].b = d + at + nw;
+		v[l].b = d + at + ww;
 		v[l].nb = nb;
-		at += nw + nb;
+		at += ww + wb;
 	}
 	if (at != n)
 		goto bad;

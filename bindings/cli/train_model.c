@@ -248,6 +248,7 @@ void train_mlp_params(const struct train_opts *o, struct dpl_mlp_params *p)
 	p->activation = o->activation;
 	p->loss = o->loss;
 	p->optimizer = o->optimizer;
+	p->precision = o->precision;
 	p->lr = o->lr > 0 ? o->lr
 			  : o->optimizer == DPL_MLP_ADAM ? 0.003 : 0.05;
 	p->momentum = o->optimizer == DPL_MLP_SGD

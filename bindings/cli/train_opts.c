@@ -88,6 +88,12 @@ void train_usage(FILE *f)
 		"                      defaults relu, ce, adam\n"
 		"  --lr X              default 0.003 (adam), 0.05 (sgd)\n"
 		"  --momentum X        sgd; default 0.9\n"
+		"  --dtype f64|f32     the model's precision: parameters, "
+		"activations,\n"
+		"                      gradients and optimizer state in double "
+		"or float;\n"
+		"                      --check trains one device in the same "
+		"one; default f64\n"
 		"device:\n"
 		"  --device cpu|synthetic   default cpu\n"
 		"  --fwd-ms F --bwd-ms B    synthetic: time per micro-batch; "
@@ -124,7 +130,13 @@ void train_usage(FILE *f)
 		"iteration\n"
 		"\n"
 		"The relative difference of two weights a, b is |a - b| / "
-		"max(|a|, |b|, 1e-8).\nEvery flag is given at most once. "
+		"max(|a|, |b|, F),\nF = 1e-8 in f64 and 1 in f32 (float "
+		"rounding leaves a weight near 0 an\nerror of the weights "
+		"around it). In f32 the difference grows with the\n"
+		"iterations, most with Adam and small batches (rounding "
+		"flips a ReLU or an\nAdam step on a gradient near eps): "
+		"check f32 over a few iterations.\n"
+		"Every flag is given at most once. "
 		"A schedule whose size estimate exceeds\nphysical memory, "
 		"RLIMIT_AS or RLIMIT_DATA is refused before it is built.\n"
 		"Exit status: 0 done; 1 training failed, "
@@ -291,6 +303,11 @@ int train_opts_parse(int argc, char **argv, struct train_opts *o)
 					    &o->optimizer)
 			       : cli_missing(CMD, "--optimizer");
 			o->optimizer_set = true;
+		} else if (cli_flag(argc, argv, &i, "--dtype", &v)) {
+			rc = v ? parse_name("--dtype", v, "f64", "f32",
+					    &o->precision)
+			       : cli_missing(CMD, "--dtype");
+			o->precision_set = true;
 		} else if (cli_flag(argc, argv, &i, "--lr", &v)) {
 			rc = v ? cli_double(CMD, "--lr", v, 1e-12, 100, &o->lr)
 			       : cli_missing(CMD, "--lr");

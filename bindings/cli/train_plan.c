@@ -297,6 +297,11 @@ int train_resolve(struct train_job *J)
 	if (o->check && o->synthetic)
 		return cli_usage_error(CMD, "--check compares weights: it "
 				       "needs --device cpu");
+	if (o->precision_set && o->synthetic)
+		return cli_usage_error(CMD, "--dtype %s: the synthetic device "
+				       "has no model (--act-bytes sizes its "
+				       "activations); it needs --device cpu",
+				       train_dtype_name(o));
 	if (o->fail && o->fail_rank >= J->world)
 		return cli_usage_error(CMD, "--fail-at: rank %u out of range "
 				       "(world of %u ranks)", o->fail_rank,
@@ -327,9 +332,13 @@ int train_resolve(struct train_job *J)
 				       "without the CPU device (OpenBLAS)");
 #endif
 	}
-	for (s = 0; s < J->nstages; s++)
+	/* What the model's dpl_mlp_activation_bytes says: a value per
+	 * output of the stage's last layer. */
+	for (s = 0; s < J->nstages; s++) {
+		uint64_t w = o->widths[J->bounds[s + 1]];
+
 		J->act[s] = o->synthetic ? o->act_bytes
-					 : 8u * (uint64_t)
-							o->widths[J->bounds[s + 1]];
+					 : train_value_bytes(o) * w;
+	}
 	return 0;
 }

@@ -40,10 +40,11 @@ void train_print_text(const struct train_job *J, const struct train_result *R)
 
 	dpl_split(o->batch, o->microbatches, 0, &b, &e);
 	printf("dpl train: %u stages on %u ranks, %u micro-batches of up to "
-	       "%llu samples, %s, %s, %s\n",
+	       "%llu samples, %s, %s, %s%s\n",
 	       J->nstages, J->world, o->microbatches,
 	       (unsigned long long)(e - b), dpl_policy_name(o->policy),
-	       J->tops->name, o->synthetic ? "synthetic" : "cpu");
+	       J->tops->name, o->synthetic ? "synthetic" : "cpu, ",
+	       o->synthetic ? "" : train_dtype_name(o));
 	if (!o->synthetic) {
 		printf("%9s  %s\n", "iteration", "loss");
 		for (it = 0; it < o->iterations; it++)
@@ -85,6 +86,8 @@ int train_print_json(const struct train_job *J, const struct train_result *R)
 	cJSON_AddNumberToObject(root, "iterations", o->iterations);
 	cJSON_AddStringToObject(root, "device",
 				o->synthetic ? "synthetic" : "cpu");
+	if (!o->synthetic)
+		cJSON_AddStringToObject(root, "dtype", train_dtype_name(o));
 	a = cJSON_AddArrayToObject(root, "loss");
 	for (i = 0; !o->synthetic && i < o->iterations; i++)
 		cJSON_AddItemToArray(a, cJSON_CreateNumber(R->loss[i]));

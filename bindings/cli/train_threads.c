@@ -156,9 +156,16 @@ int train_threads(struct train_job *J, struct train_result *R)
 		}
 	}
 #if defined(DPL_HAVE_DEVICE_CPU)
-	for (i = 0; !J->o.synthetic && i < J->layers; i++)
-		dpl_mlp_layer(owner(J, ranks, i), i, &v[i].w, &v[i].nw,
-			      &v[i].b, &v[i].nb);
+	for (i = 0; !J->o.synthetic && i < J->layers; i++) {
+		struct dpl_mlp_view mv;
+
+		if (dpl_mlp_layer_view(owner(J, ranks, i), i, &mv) == 0) {
+			v[i].w = mv.w;
+			v[i].nw = mv.nw;
+			v[i].b = mv.b;
+			v[i].nb = mv.nb;
+		}
+	}
 #endif
 	if ((rc = train_weights_results(J, v, R)) != CLI_OK)
 		goto out;

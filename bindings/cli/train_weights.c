@@ -1,7 +1,8 @@
 /*
  * train_weights.c - what `dpl train` says about the final weights: a
  * digest that equal runs share bit for bit, and with --check the largest
- * relative difference against training the same model on one device.
+ * relative difference against training the same model (the same --dtype)
+ * on one device. The weights are doubles or floats as --dtype says.
  */
 #define _POSIX_C_SOURCE 200809L
 #include <math.h>
@@ -14,6 +15,16 @@
 #include "cli.h"
 #include "train.h"
 
+size_t train_value_bytes(const struct train_opts *o)
+{
+	return o->precision == 1 ? sizeof(float) : sizeof(double);
+}
+
+const char *train_dtype_name(const struct train_opts *o)
+{
+	return o->precision == 1 ? "f32" : "f64";
+}
+
 uint32_t train_layer_stage(const struct train_job *J, uint32_t layer)
 {
 	uint32_t s = 0;
@@ -25,30 +36,42 @@ uint32_t train_layer_stage(const struct train_job *J, uint32_t layer)
 
 #if defined(DPL_HAVE_DEVICE_CPU)
 
-/* FNV-1a over every layer's weights then biases, layer by layer. */
+/* FNV-1a over the bytes of every layer's weights then biases, layer by
+ * layer, as the model holds them (doubles or floats). */
 static uint64_t digest(const struct train_job *J,
 		       const struct train_layer *v)
 {
 	uint64_t h = 0xcbf29ce484222325u;
+	size_t e = train_value_bytes(&J->o), i;
 	const unsigned char *p;
-	size_t i;
 	uint32_t l;
 
 	for (l = 0; l < J->layers; l++) {
-		p = (const unsigned char *)v[l].w;
-		for (i = 0; i < v[l].nw * sizeof *v[l].w; i++)
+		p = v[l].w;
+		for (i = 0; i < v[l].nw * e; i++)
 			h = (h ^ p[i]) * 0x100000001b3u;
-		p = (const unsigned char *)v[l].b;
-		for (i = 0; i < v[l].nb * sizeof *v[l].b; i++)
+		p = v[l].b;
+		for (i = 0; i < v[l].nb * e; i++)
 			h = (h ^ p[i]) * 0x100000001b3u;
 	}
 	return h;
 }
 
-/* The relative difference of a and b, as the help text defines it. */
-static double rel(double a, double b)
+/* Value i of p, a float (e = 4) or a double, as a double. */
+static double value(const void *p, size_t i, size_t e)
 {
-	double m = fmax(fmax(fabs(a), fabs(b)), 1e-8);
+	return e == sizeof(float) ? (double)((const float *)p)[i]
+				  : ((const double *)p)[i];
+}
+
+/* The relative difference of a and b, as the help text defines it: with
+ * a floor of 1e-8 on the divisor for doubles, and of 1 for floats, whose
+ * rounding leaves a weight that crosses 0 an error of a few units in the
+ * last place of the weights around it, not of itself. */
+static double rel(double a, double b, size_t e)
+{
+	double m = fmax(fmax(fabs(a), fabs(b)),
+			e == sizeof(float) ? 1.0 : 1e-8);
 
 	return fabs(a - b) / m;
 }
@@ -61,6 +84,7 @@ static int check_one_device(const struct train_job *J,
 	struct dpl_mlp_layout l = {0};
 	struct dpl_stage_args a = {0};
 	uint32_t bounds[2] = {0, J->layers}, it, layer;
+	size_t e = train_value_bytes(&J->o);
 	dpl_mlp *m = NULL;
 	int rc;
 
@@ -84,21 +108,25 @@ static int check_one_device(const struct train_job *J,
 	}
 	*max_rel = 0;
 	for (layer = 0; layer < J->layers; layer++) {
-		const double *w1, *b1;
-		size_t nw, nb, i;
+		struct dpl_mlp_view one;
+		size_t i;
 
-		dpl_mlp_layer(m, layer, &w1, &nw, &b1, &nb);
-		if (nw != v[layer].nw || nb != v[layer].nb) {
+		dpl_mlp_layer_view(m, layer, &one);
+		if (one.nw != v[layer].nw || one.nb != v[layer].nb) {
 			dpl_mlp_destroy(m);
 			return dpl_set_error(DPL_EINVAL, "layer %u: %zu + %zu "
 					     "values, one device has %zu + "
 					     "%zu", layer, v[layer].nw,
-					     v[layer].nb, nw, nb);
+					     v[layer].nb, one.nw, one.nb);
 		}
-		for (i = 0; i < nw; i++)
-			*max_rel = fmax(*max_rel, rel(w1[i], v[layer].w[i]));
-		for (i = 0; i < nb; i++)
-			*max_rel = fmax(*max_rel, rel(b1[i], v[layer].b[i]));
+		for (i = 0; i < one.nw; i++)
+			*max_rel = fmax(*max_rel,
+					rel(value(one.w, i, e),
+					    value(v[layer].w, i, e), e));
+		for (i = 0; i < one.nb; i++)
+			*max_rel = fmax(*max_rel,
+					rel(value(one.b, i, e),
+					    value(v[layer].b, i, e), e));
 	}
 	dpl_mlp_destroy(m);
 	return 0;

@@ -4,11 +4,14 @@
  * pipeline x data parallel and uneven 3:1 layouts, with M < S and M not
  * divisible by the replicas where the layout allows; the same weights
  * digest across policies for one layout; loss going down; peak in-flight
- * equal to the schedule's bound; failures stopping every rank; bad flags.
+ * equal to the schedule's bound; failures stopping every rank; bad flags;
+ * the model in f32 (--dtype f32): one-device weights, one digest across
+ * policies and another than f64's, half the activation bytes.
  * Runs the built `dpl` binary and reads its --json output.
  */
 #define _POSIX_C_SOURCE 200809L
 #include <criterion/criterion.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -281,6 +284,11 @@ Test(train, bad_flags_and_impossible_layouts_are_refused)
 		{"--fail-at 1", "RANK:ITERATION"},
 		{"--device gpu", "--device: 'gpu'"},
 		{"--check --device synthetic", "needs --device cpu"},
+		{"--dtype f16", "--dtype: 'f16' is not f64 or f32"},
+		{"--dtype F32", "--dtype: 'F32' is not f64 or f32"},
+		{"--dtype", "--dtype: missing value"},
+		{"--dtype f32 --device synthetic", "--dtype f32: the synthetic "
+						   "device has no model"},
 		{"--plan /nonexistent/plan.json", "/nonexistent/plan.json"},
 		{"--widths 8", "needs an input and an output"},
 		{"--frobnicate", "unknown argument"},
@@ -380,4 +388,119 @@ Test(train, a_plan_from_the_planner_runs_and_matches_one_device,
 	cr_assert(strstr(o.text, want) != NULL, "%s", o.text);
 	out_free(&o);
 	unlink(plan);
+}
+
+static const char *str(const cJSON *j, const char *key)
+{
+	const cJSON *v = cJSON_GetObjectItemCaseSensitive(j, key);
+
+	cr_assert(cJSON_IsString(v), "no string '%s'", key);
+	return v->valuestring;
+}
+
+/*
+ * --dtype f32 on pipelined and replicated layouts: the one-device f32
+ * weights within 1e-5, a digest of its own (not f64's, nor the same run's
+ * in f64 with other flags), activation buffers of half the bytes, and the
+ * setting in the JSON output.
+ */
+Test(train, f32_matches_one_device_on_pipelined_replicated_layouts,
+     .timeout = 120)
+{
+	static const char *const layouts32[] = {
+		"--stages 3 --replicas 2,1,1 --policy 1f1b",
+		"--stages 2 --replicas 2 --policy zb-h1 --microbatches 3 "
+		"--batch 9",
+		"--stages 2 --replicas 3,1 --policy gpipe --microbatches 5 "
+		"--batch 11",
+	};
+	char args[512];
+	size_t i;
+	int k;
+
+	for (i = 0; i < sizeof layouts32 / sizeof layouts32[0]; i++) {
+		struct out o32, o64;
+		const cJSON *b32, *b64;
+
+		snprintf(args, sizeof args, "%s --iterations 4 --check --json "
+			 "--dtype f32", layouts32[i]);
+		o32 = run(args, false);
+		cr_assert_eq(o32.status, 0, "%s: exit %d", args, o32.status);
+		cr_assert_not_null(o32.json, "%s: no JSON", args);
+		cr_assert_str_eq(str(o32.json, "dtype"), "f32");
+		cr_assert_leq(num(o32.json, "max_rel_diff"), 1e-5, "%s", args);
+		snprintf(args, sizeof args, "%s --iterations 4 --check --json "
+			 "--dtype f64", layouts32[i]);
+		o64 = run(args, false);
+		cr_assert_eq(o64.status, 0, "%s: exit %d", args, o64.status);
+		cr_assert_str_eq(str(o64.json, "dtype"), "f64");
+		cr_assert_str_neq(str(o32.json, "weights_digest"),
+				  str(o64.json, "weights_digest"), "%s", args);
+		/* The same training, to float's precision. */
+		for (k = 0; k < 4; k++) {
+			double l32 = cJSON_GetArrayItem(
+				cJSON_GetObjectItem(o32.json, "loss"), k)
+					     ->valuedouble;
+			double l64 = cJSON_GetArrayItem(
+				cJSON_GetObjectItem(o64.json, "loss"), k)
+					     ->valuedouble;
+
+			cr_assert_lt(fabs(l32 - l64), 1e-4 * l64,
+				     "%s: iteration %d: loss %g in f32, %g in "
+				     "f64", layouts32[i], k, l32, l64);
+		}
+		b32 = cJSON_GetObjectItem(o32.json, "peak_buffer_bytes");
+		b64 = cJSON_GetObjectItem(o64.json, "peak_buffer_bytes");
+		cr_assert_eq(cJSON_GetArraySize(b32), cJSON_GetArraySize(b64));
+		for (k = 0; k < cJSON_GetArraySize(b32); k++)
+			cr_assert_eq(2 * cJSON_GetArrayItem(b32, k)->valuedouble,
+				     cJSON_GetArrayItem(b64, k)->valuedouble,
+				     "%s: stage %d", layouts32[i], k);
+		out_free(&o32);
+		out_free(&o64);
+	}
+}
+
+/* In f32 too, a layout computes the same bits whatever the schedule. */
+Test(train, f32_digest_is_the_same_for_every_policy, .timeout = 120)
+{
+	static const char *const pols[] = {
+		"--policy gpipe", "--policy 1f1b", "--policy 1f1b-comm",
+		"--policy zb-h1", "--policy bounded --cap 2",
+	};
+	char args[512], first[32] = "";
+	size_t p;
+
+	for (p = 0; p < sizeof pols / sizeof pols[0]; p++) {
+		struct out o;
+
+		snprintf(args, sizeof args, "--stages 2 --replicas 2,1 %s "
+			 "--microbatches 5 --batch 11 --iterations 3 --json "
+			 "--dtype f32", pols[p]);
+		o = run(args, false);
+		cr_assert_eq(o.status, 0, "%s: exit %d", args, o.status);
+		cr_assert_not_null(o.json, "%s: no JSON", args);
+		if (first[0] == '\0')
+			snprintf(first, sizeof first, "%s",
+				 str(o.json, "weights_digest"));
+		else
+			cr_assert_str_eq(str(o.json, "weights_digest"), first,
+					 "%s", args);
+		out_free(&o);
+	}
+}
+
+/* The text output names the precision in its header. */
+Test(train, the_header_names_the_dtype)
+{
+	struct out o = run("--stages 2 --iterations 1 --dtype f32", true);
+
+	cr_assert_eq(o.status, 0, "%s", o.text);
+	cr_assert(strstr(o.text, "1f1b, inproc, cpu, f32\n") != NULL, "%s",
+		  o.text);
+	out_free(&o);
+	o = run("--stages 2 --iterations 1", true);
+	cr_assert(strstr(o.text, "1f1b, inproc, cpu, f64\n") != NULL, "%s",
+		  o.text);
+	out_free(&o);
 }

@@ -1,9 +1,10 @@
 /*
  * test_train_mp.c - `dpl train` with one process per rank: the same
  * weights digest as the threaded run over shm, ucx and ofi on a pure
- * pipeline, DP x PP and an uneven layout; a rank that fails (--fail-at)
- * or is killed with SIGKILL stops every other rank with an error naming
- * it, with no rank left running and nothing left in /dev/shm; ranks
+ * pipeline, DP x PP and an uneven layout, and in f32 over shm; a rank
+ * that fails (--fail-at) or is killed with SIGKILL stops every other rank
+ * with an error naming it, with no rank left running and nothing left in
+ * /dev/shm; ranks
  * started by an outside launcher (torchrun's variables); bad flags and
  * worlds that do not match the layout. Every run is waited for with a
  * bound: a hang is a failure.
@@ -112,6 +113,29 @@ static void same_digest(const char *transport)
 Test(train_mp, digest_shm_equals_threads, .timeout = 300)
 {
 	same_digest("shm");
+}
+
+/* The f32 model over shm: its weights (floats, two to a double of the
+ * report) reach rank 0 as the threads hold them. Odd widths leave a
+ * half-filled last double. */
+Test(train_mp, f32_digest_shm_equals_threads, .timeout = 120)
+{
+	static const char *flags = "train --stages 3 --replicas 2,1,1 "
+				   "--widths 5,7,9,3,3 --iterations 4 --check "
+				   "--json --timeout 20 --dtype f32";
+	char args[256], want[24], got[24], f64[24];
+
+	digest_of(flags, "inproc", want, 0);
+	snprintf(args, sizeof args, "%s --nprocs 4 --transport shm "
+		 "--pid-dir %%P", flags);
+	digest_of(args, "shm", got, 4);
+	cr_assert_str_eq(got, want, "f32 over shm: digest %s, threads give %s",
+			 got, want);
+	snprintf(args, sizeof args, "train --stages 3 --replicas 2,1,1 "
+		 "--widths 5,7,9,3,3 --iterations 4 --check --json "
+		 "--timeout 20");
+	digest_of(args, "inproc", f64, 0);
+	cr_assert_str_neq(f64, want);
 }
 
 Test(train_mp, digest_ucx_equals_threads, .timeout = 300)
