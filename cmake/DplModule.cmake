@@ -14,7 +14,8 @@ set(DPL_MODULE_PC_IN ${CMAKE_CURRENT_LIST_DIR}/dpl-module.pc.in)
 # dpl_add_library(ID id SOURCES ... [HEADERS ...] [INCLUDE dir]
 #                 [PUBLIC_LIBS ...] [LIBS ...] [TEST_LIBS ...]
 #                 [PC_REQUIRES "pkg ..."] [PC_LIBS "-lfoo"] [DESCRIPTION "..."]
-#                 [EXPORT_SET set] [DEFINES ...])
+#                 [PC_CFLAGS "-I..."] [EXPORT_SET set] [DEFINES ...]
+#                 [NO_TESTLIB])
 #  EXPORT_SET: the install export it joins (default dplTargets); a
 #    library with dependencies a consumer must find (dpl::mpi) gets its
 #    own, loaded by dplConfig.cmake only when that component is wanted.
@@ -22,8 +23,12 @@ set(DPL_MODULE_PC_IN ${CMAKE_CURRENT_LIST_DIR}/dpl-module.pc.in)
 #    their _testlib twins are linked by the testlib.
 #  LIBS: private dependencies (PkgConfig::UCX, m ...), also linked by the
 #    testlib.
+#  PC_CFLAGS: compiler flags the library's headers need beyond its own
+#    include directory (a toolkit's, for one without a .pc file).
+#  NO_TESTLIB: no static twin (a library whose tests need none, and whose
+#    sources are slow to compile twice, CUDA's).
 function(dpl_add_library)
-  cmake_parse_arguments(L "" "ID;INCLUDE;DESCRIPTION;PC_REQUIRES;PC_LIBS;EXPORT_SET"
+  cmake_parse_arguments(L "NO_TESTLIB" "ID;INCLUDE;DESCRIPTION;PC_REQUIRES;PC_LIBS;PC_CFLAGS;EXPORT_SET"
                         "SOURCES;HEADERS;PUBLIC_LIBS;LIBS;TEST_LIBS;DEFINES" ${ARGN})
   string(REPLACE "_" "-" _out "dpl-${L_ID}")
   set(_t dpl_${L_ID})
@@ -67,10 +72,14 @@ function(dpl_add_library)
   endforeach()
   set(PC_REQUIRES_PRIVATE "${L_PC_REQUIRES}")
   set(PC_LIBS_PRIVATE "${L_PC_LIBS}")
+  set(PC_CFLAGS "${L_PC_CFLAGS}")
   configure_file(${DPL_MODULE_PC_IN} ${CMAKE_BINARY_DIR}/pkgconfig/${_out}.pc @ONLY)
   install(FILES ${CMAKE_BINARY_DIR}/pkgconfig/${_out}.pc
           DESTINATION ${CMAKE_INSTALL_LIBDIR}/pkgconfig)
   set_property(GLOBAL APPEND PROPERTY DPL_COMPONENTS ${L_ID})
+  if(L_NO_TESTLIB)
+    return()
+  endif()
   # The static twin for white-box tests.
   set(_tl)
   foreach(dep ${L_PUBLIC_LIBS})
@@ -107,13 +116,20 @@ function(dpl_add_transport)
 endfunction()
 
 # dpl_add_device(NAME x SOURCES ... HEADER include/dpl/device_x.h
-#                [LIBS ...] [PC_REQUIRES "pkgs"])
+#                [LIBS ...] [PUBLIC_LIBS ...] [PC_REQUIRES "pkgs"]
+#                [PC_LIBS "-lfoo"] [PC_CFLAGS "-I..."] [NO_TESTLIB])
 # Target dpl_device_x (alias dpl::device_x, libdpl-device-x,
 # dpl-device-x.pc), exporting the table dpl_device_x.
 function(dpl_add_device)
-  cmake_parse_arguments(M "" "NAME;HEADER;PC_REQUIRES" "SOURCES;LIBS;PUBLIC_LIBS" ${ARGN})
+  cmake_parse_arguments(M "NO_TESTLIB" "NAME;HEADER;PC_REQUIRES;PC_LIBS;PC_CFLAGS"
+                        "SOURCES;LIBS;PUBLIC_LIBS" ${ARGN})
+  set(_nt)
+  if(M_NO_TESTLIB)
+    set(_nt NO_TESTLIB)
+  endif()
   dpl_add_library(ID device_${M_NAME} SOURCES ${M_SOURCES}
     HEADERS ${M_HEADER} LIBS ${M_LIBS} PUBLIC_LIBS dpl_backend ${M_PUBLIC_LIBS}
-    PC_REQUIRES "${M_PC_REQUIRES}"
+    PC_REQUIRES "${M_PC_REQUIRES}" PC_LIBS "${M_PC_LIBS}"
+    PC_CFLAGS "${M_PC_CFLAGS}" ${_nt}
     DESCRIPTION "dpl device ${M_NAME} (dpl_device_${M_NAME})")
 endfunction()

@@ -101,6 +101,11 @@ const struct dpl_device_ops *dpl_device_ops(const dpl_device *d)
 	return d->ops;
 }
 
+void *dpl_device_context(const dpl_device *d)
+{
+	return d != NULL ? d->ctx : NULL;
+}
+
 int dpl_device_alloc(dpl_device *d, size_t bytes, void **out)
 {
 	if (bytes == 0)

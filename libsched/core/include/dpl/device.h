@@ -154,8 +154,9 @@ struct dpl_device_ops {
 	/*
 	 * init - set up the context `ctx` (ctx_size zeroed bytes) for device
 	 * `p->index`. Blocks while the device starts. Returns 0, DPL_EINVAL
-	 * for a bad index or option, DPL_ENOMEM, DPL_EIO when the device is
-	 * unusable. On failure the core frees ctx without calling fini.
+	 * for a bad index or option, DPL_ENOMEM, DPL_ENOENT when this host
+	 * has no such device at all (no GPU, no driver: tests skip on it),
+	 * DPL_EIO when the device is there but unusable. On failure the core frees ctx without calling fini.
 	 * Mandatory.
 	 */
 	int (*init)(void *ctx, const struct dpl_device_params *p);
@@ -250,6 +251,16 @@ DPL_EXTERN void dpl_device_close(dpl_device *d);
 
 /* The table a device was opened with. */
 DPL_EXTERN const struct dpl_device_ops *dpl_device_ops(const dpl_device *d);
+
+/*
+ * dpl_device_context - the backend's private context of an open device
+ * (the ctx_size bytes every ops call gets), for the accessors a backend's
+ * own header offers on it (dpl/device_cuda.h: the stream a stage queues
+ * its work on). Its layout is the backend's alone; check dpl_device_ops()
+ * first. Owned by the device until dpl_device_close. Thread-safe; NULL
+ * for NULL.
+ */
+DPL_EXTERN void *dpl_device_context(const dpl_device *d);
 
 /*
  * dpl_device_alloc / dpl_device_free / dpl_device_copy - the table's
