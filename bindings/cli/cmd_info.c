@@ -24,6 +24,9 @@
 #ifdef DPL_HAVE_DEVICE_CPU
 #include <dpl/device_cpu.h>
 #endif
+#ifdef DPL_HAVE_DEVICE_CUDA
+#include <dpl/device_cuda.h>
+#endif
 #ifdef DPL_HAVE_TRANSPORT_SHM
 #include <dpl/transport_shm.h>
 #endif
@@ -59,7 +62,8 @@ static void usage(FILE *f)
 		"usage: dpl info [--json]\n\n"
 		"Prints what this dpl was built with and what it finds here: the\n"
 		"transports and devices linked in (ABI version, table size,\n"
-		"capabilities), the transport modules dpl_transport_load() finds\n"
+		"capabilities; for a device, whether its device 0 opens here, and\n"
+		"why not: a GPU device on a host without one), the transport modules dpl_transport_load() finds\n"
 		"(libdpl-transport-NAME.so on the loader's path), the versions of\n"
 		"UCX, libfabric, CUDA and NCCL found at build time and loaded at run\n"
 		"time (dlopen of libucp.so.0, libfabric.so.1, libcuda.so.1,\n"
@@ -99,6 +103,9 @@ static const struct dpl_device_ops *const linked_devices[] = {
 #ifdef DPL_HAVE_DEVICE_CPU
     &dpl_device_cpu,
 #endif
+#ifdef DPL_HAVE_DEVICE_CUDA
+    &dpl_device_cuda,
+#endif
     NULL,
 };
 
@@ -129,6 +136,19 @@ static cJSON *caps_device(uint64_t caps)
 	if (caps & DPL_DEVICE_CAP_ASYNC)
 		cJSON_AddItemToArray(a, cJSON_CreateString("async"));
 	return a;
+}
+
+/* Whether device 0 of the table opens here ("present"), and why not
+ * ("absent": init's message, a GPU table on a host without one). */
+static void device_present(cJSON *o, const struct dpl_device_ops *d)
+{
+	dpl_device *dev = NULL;
+	int rc = dpl_device_open(d, NULL, &dev);
+
+	cJSON_AddBoolToObject(o, "present", rc == 0);
+	if (rc != 0)
+		cJSON_AddStringToObject(o, "absent", dpl_last_error());
+	dpl_device_close(dev);
 }
 
 static cJSON *transport_json(const struct dpl_transport_ops *t)
@@ -311,6 +331,7 @@ static cJSON *collect(void)
 		cJSON_AddStringToObject(o, "memory",
 					d->mem == DPL_MEM_HOST ? "host"
 							       : "device");
+		device_present(o, d);
 		cJSON_AddItemToArray(a, o);
 	}
 	a = cJSON_AddArrayToObject(root, "modules");
@@ -383,11 +404,15 @@ static void print_text(const cJSON *root, FILE *f)
 	cJSON_ArrayForEach(it, cJSON_GetObjectItem(root, "devices"))
 	{
 		caps_text(cJSON_GetObjectItem(it, "caps"), caps, sizeof caps);
-		fprintf(f, "  %-8s abi %d  size %d  memory %s  caps %s\n",
+		fprintf(f, "  %-8s abi %d  size %d  memory %s  caps %s%s%s\n",
 			str(it, "name"),
 			cJSON_GetObjectItem(it, "abi_version")->valueint,
 			cJSON_GetObjectItem(it, "size")->valueint,
-			str(it, "memory"), caps);
+			str(it, "memory"), caps,
+			cJSON_HasObjectItem(it, "absent") ? "\n    absent: "
+							  : "",
+			cJSON_HasObjectItem(it, "absent") ? str(it, "absent")
+							  : "");
 	}
 	fprintf(f, "\ntransport modules (dpl_transport_load):\n");
 	cJSON_ArrayForEach(it, cJSON_GetObjectItem(root, "modules"))

@@ -1,7 +1,9 @@
 /*
  * test_cli_info.c - `dpl info`: it runs, lists the in-process transport
- * and the host device with their ABI versions and capabilities, and its
- * --json output parses with every field it documents.
+ * and the host device with their ABI versions and capabilities, whether
+ * each device is present here (the CUDA device, when built, names the
+ * CUDA error of its absence), and its --json output parses with every
+ * field it documents.
  */
 #define _GNU_SOURCE
 #include <string.h>
@@ -85,6 +87,27 @@ Test(cli_info, json_parses_with_its_fields)
 	d = named(cJSON_GetObjectItem(root, "devices"), "name", "host");
 	cr_assert_not_null(d, "no host device in %s", r.out);
 	cr_assert_str_eq(cJSON_GetObjectItem(d, "memory")->valuestring, "host");
+	cr_assert(cJSON_IsTrue(cJSON_GetObjectItem(d, "present")),
+		  "host device not present: %s", r.out);
+	cr_assert(!cJSON_HasObjectItem(d, "absent"));
+#ifdef DPL_HAVE_DEVICE_CUDA
+	/* Linked in, whether or not this host has a GPU; absent says why. */
+	d = named(cJSON_GetObjectItem(root, "devices"), "name", "cuda");
+	cr_assert_not_null(d, "no cuda device in %s", r.out);
+	cr_assert_str_eq(cJSON_GetObjectItem(d, "memory")->valuestring,
+			 "device");
+	caps = cJSON_GetObjectItem(d, "caps");
+	cr_assert(cJSON_GetArraySize(caps) == 1 &&
+			  strcmp(cJSON_GetArrayItem(caps, 0)->valuestring,
+				 "async") == 0,
+		  "cuda caps: %s", r.out);
+	if (!cJSON_IsTrue(cJSON_GetObjectItem(d, "present")))
+		cr_assert(strstr(cJSON_GetObjectItem(d, "absent")->valuestring,
+				 "cudaError") != NULL,
+			  "cuda absent without the CUDA error: %s", r.out);
+	else
+		cr_assert(!cJSON_HasObjectItem(d, "absent"));
+#endif
 	libs = cJSON_GetObjectItem(root, "libraries");
 	cr_assert_eq(cJSON_GetArraySize(libs), 4);
 	for (const char *const *l = (const char *const[]){"ucx", "libfabric",
