@@ -71,6 +71,9 @@ size_t train_report_build(struct train_rank *k, double *out)
 {
 	struct train_job *J = k->J;
 	size_t n = 0, at;
+#if defined(DPL_HAVE_DEVICE_CPU)
+	size_t e = train_value_bytes(&J->o);
+#endif
 	uint32_t s, l;
 
 	for (l = 0; l < J->o.iterations; l++, n++)
@@ -98,7 +101,6 @@ size_t train_report_build(struct train_rank *k, double *out)
 #if defined(DPL_HAVE_DEVICE_CPU)
 	for (l = 0; !J->o.synthetic && k->replica == 0 && l < J->layers;
 	     l++) {
-		size_t e = train_value_bytes(&J->o);
 		struct dpl_mlp_view v;
 
 		if (dpl_schedule_stage_rank(J->sched,

@@ -128,6 +128,7 @@ static void cuda_fini(void *ctx)
 static int cuda_alloc(void *ctx, uint32_t mem, size_t bytes, void **out)
 {
 	struct cuda_ctx *c = ctx;
+	const char *fn = mem == DPL_MEM_CUDA ? "cudaMalloc" : "cudaMallocHost";
 	void *ptr = NULL;
 	cudaError_t e;
 	int rc;
@@ -145,15 +146,10 @@ static int cuda_alloc(void *ctx, uint32_t mem, size_t bytes, void **out)
 	if (e == cudaErrorMemoryAllocation) {
 		(void)cudaGetLastError(); /* not sticky: clear it */
 		return dpl_set_error(DPL_ENOMEM, "device cuda: %s of %zu "
-				     "bytes: out of memory",
-				     mem == DPL_MEM_CUDA ? "cudaMalloc"
-							 : "cudaMallocHost",
-				     bytes);
+				     "bytes: out of memory", fn, bytes);
 	}
 	if (e != cudaSuccess)
-		return cuda_error(DPL_EIO, mem == DPL_MEM_CUDA
-						   ? "cudaMalloc"
-						   : "cudaMallocHost", e);
+		return cuda_error(DPL_EIO, fn, e);
 	*out = ptr;
 	return 0;
 }

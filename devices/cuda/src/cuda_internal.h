@@ -15,8 +15,9 @@
 extern "C" {
 #endif
 
-/* enum dpl_dtype's values, restated for the .cu side (which does not
- * include dpl/device.h); cuda_device.c checks they agree. */
+/* enum dpl_dtype's values, restated for the .cu side: dpl/device.h does
+ * not compile as C++ with -Wshadow (dpl_device_ops is both a struct and a
+ * function). cuda_device.c checks they agree. */
 #define DPL__CUDA_F32 0u
 #define DPL__CUDA_F64 1u
 #define DPL__CUDA_BF16 2u

@@ -63,45 +63,38 @@ static int check_args(dpl_mlp *m, struct mstage *s,
 	return 0;
 }
 
-static int mlp_forward(void *user, const struct dpl_stage_args *a)
+/* A callback's common part: find the stage, check the arguments, then
+ * the precision's arithmetic `fn`. */
+static int run(void *user, const struct dpl_stage_args *a, bool backward,
+	       void (*fn)(struct dpl_mlp *, struct mstage *,
+			  const struct dpl_stage_args *))
 {
 	dpl_mlp *m = user;
 	struct mstage *s = NULL;
 	int rc;
 
 	if ((rc = dpl__mlp_find_stage(m, a->stage, &s)) != 0 ||
-	    (rc = check_args(m, s, a, false)) != 0)
+	    (rc = check_args(m, s, a, backward)) != 0)
 		return rc;
-	m->k->forward(m, s, a);
+	fn(m, s, a);
 	return 0;
+}
+
+static int mlp_forward(void *user, const struct dpl_stage_args *a)
+{
+	return run(user, a, false, ((dpl_mlp *)user)->k->forward);
 }
 
 /* backward_input: dz of every layer and the gradient of the input. */
 static int mlp_backward_input(void *user, const struct dpl_stage_args *a)
 {
-	dpl_mlp *m = user;
-	struct mstage *s = NULL;
-	int rc;
-
-	if ((rc = dpl__mlp_find_stage(m, a->stage, &s)) != 0 ||
-	    (rc = check_args(m, s, a, true)) != 0)
-		return rc;
-	m->k->backward_input(m, s, a);
-	return 0;
+	return run(user, a, true, ((dpl_mlp *)user)->k->backward_input);
 }
 
 /* backward_weight: accumulate dW and db from the stored dz. */
 static int mlp_backward_weight(void *user, const struct dpl_stage_args *a)
 {
-	dpl_mlp *m = user;
-	struct mstage *s = NULL;
-	int rc;
-
-	if ((rc = dpl__mlp_find_stage(m, a->stage, &s)) != 0 ||
-	    (rc = check_args(m, s, a, true)) != 0)
-		return rc;
-	m->k->backward_weight(m, s, a);
-	return 0;
+	return run(user, a, true, ((dpl_mlp *)user)->k->backward_weight);
 }
 
 static int mlp_backward(void *user, const struct dpl_stage_args *a)
