@@ -42,8 +42,8 @@ void dpl_mlp_activation_bytes(const struct dpl_mlp_params *p,
 		out[s] = e * p->widths[bounds[s + 1]];
 }
 
-static int check_params(const struct dpl_mlp_params *p,
-			const struct dpl_mlp_layout *l)
+int dpl__mlp_check_params(const struct dpl_mlp_params *p,
+			   const struct dpl_mlp_layout *l)
 {
 	uint32_t i;
 
@@ -105,6 +105,20 @@ static int check_params(const struct dpl_mlp_params *p,
 					 "mlp: max_samples %llu too large",
 					 (unsigned long long)l->max_samples);
 	return 0;
+}
+
+uint64_t dpl__mlp_defaults(struct dpl_mlp_params *p,
+			   const struct dpl_mlp_layout *l)
+{
+	if (p->lr == 0)
+		p->lr = p->optimizer == DPL_MLP_ADAM ? 0.001 : 0.05;
+	if (p->beta1 == 0)
+		p->beta1 = 0.9;
+	if (p->beta2 == 0)
+		p->beta2 = 0.999;
+	if (p->eps == 0)
+		p->eps = 1e-8;
+	return p->dataset ? p->dataset : l->batch;
 }
 
 static void stage_free(struct mstage *s)
@@ -212,7 +226,7 @@ int dpl_mlp_create(const struct dpl_mlp_params *p,
 	uint32_t s, i;
 	int rc;
 
-	if ((rc = check_params(p, l)) != 0)
+	if ((rc = dpl__mlp_check_params(p, l)) != 0)
 		return rc;
 	openblas_set_num_threads(1);
 	m = calloc(1, sizeof *m);
@@ -231,17 +245,9 @@ int dpl_mlp_create(const struct dpl_mlp_params *p,
 	}
 	memcpy(m->widths, p->widths, (p->layers + 1) * sizeof *m->widths);
 	m->p.widths = m->widths;
-	if (m->p.lr == 0)
-		m->p.lr = p->optimizer == DPL_MLP_ADAM ? 0.001 : 0.05;
-	if (m->p.beta1 == 0)
-		m->p.beta1 = 0.9;
-	if (m->p.beta2 == 0)
-		m->p.beta2 = 0.999;
-	if (m->p.eps == 0)
-		m->p.eps = 1e-8;
+	m->dataset = dpl__mlp_defaults(&m->p, l);
 	m->max_samples = l->max_samples;
 	m->batch = l->batch;
-	m->dataset = p->dataset ? p->dataset : l->batch;
 	m->stages = l->stages;
 	for (i = 0; i < p->layers; i++)
 		m->layer_st[i] = UINT32_MAX;

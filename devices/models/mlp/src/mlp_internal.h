@@ -85,8 +85,22 @@ struct dpl_mlp {
 
 /* The initial value of weight `idx` of `layer` (mlp_data.c): uniform in
  * [-sqrt(3 / fan_in), sqrt(3 / fan_in)], from the seed alone. */
-double dpl__mlp_init_weight(const struct dpl_mlp_params *p, uint32_t layer,
-			    uint64_t idx, uint32_t fan_in);
+/* Exported (DPL_EXTERN) for the GPU model (devices/models/mlp/cuda),
+ * which links this library and shares its host side: not public API. */
+DPL_EXTERN double dpl__mlp_init_weight(const struct dpl_mlp_params *p,
+				       uint32_t layer, uint64_t idx,
+				       uint32_t fan_in);
+
+/* The checks of dpl_mlp_create (mlp_create.c): 0, or DPL_EINVAL naming
+ * the bad value. No allocation. Exported for the GPU model. */
+DPL_EXTERN int dpl__mlp_check_params(const struct dpl_mlp_params *p,
+				     const struct dpl_mlp_layout *l);
+
+/* The defaults of zero rates (lr, beta1, beta2, eps) filled into *p, and
+ * the data set size (p->dataset, or l->batch for 0) returned
+ * (mlp_create.c). Exported for the GPU model. */
+DPL_EXTERN uint64_t dpl__mlp_defaults(struct dpl_mlp_params *p,
+				      const struct dpl_mlp_layout *l);
 
 /* The input of layer l0 + i of a slot: the previous layer's
  * activation, the generated inputs or the runner's (mlp_kernels.c). */
