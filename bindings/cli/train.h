@@ -56,6 +56,7 @@ struct train_opts {
 	bool widths_set;
 	uint64_t seed;
 	bool synthetic;
+	bool cuda;             /* --device cuda: the MLP on a GPU */
 	const char *plan_path;
 	double timeout_s;
 	const char *trace_path;
@@ -130,6 +131,9 @@ struct train_rank {
 	uint64_t t0, t1;      /* dpl_clock_ns() around the iterations */
 	/* the model's callbacks, under the --fail-at wrapper */
 	const struct dpl_stage_ops *inner;
+	/* --device cuda: host copies of the layers' weights (W then b),
+	 * filled by train_layer_view, freed by train_model_destroy */
+	void *host[TRAIN_MAX_LAYERS];
 };
 
 /* What the command prints. */
@@ -185,9 +189,25 @@ void train_model_destroy(struct train_rank *k);
 
 #if defined(DPL_HAVE_DEVICE_CPU)
 struct dpl_mlp_params;
+struct dpl_mlp_view;
 /* The model the options describe. */
 void train_mlp_params(const struct train_opts *o, struct dpl_mlp_params *p);
+/* Layer `layer`'s weights in rank k's model (its stage held there): a
+ * view of the CPU model's memory, or with --device cuda a copy in
+ * k->host[layer] (waits for the device). 0, or the model's DPL_E*. */
+int train_layer_view(struct train_rank *k, uint32_t layer,
+		     struct dpl_mlp_view *v);
 #endif
+
+/*
+ * train_cuda_transport - with --device cuda and more than one rank, the
+ * transport `name` (caps: its DPL_TRANSPORT_CAP_* bits, or ~0 when not
+ * known yet) must take CUDA device memory; CLI_USAGE naming it and what
+ * to use instead when it does not, else CLI_OK. Without --device cuda,
+ * CLI_OK (train_plan.c).
+ */
+int train_cuda_transport(const struct train_job *J, const char *name,
+			 uint64_t caps);
 
 /* ---- train_weights.c ---- */
 

@@ -106,7 +106,7 @@ size_t train_report_build(struct train_rank *k, double *out)
 		if (dpl_schedule_stage_rank(J->sched,
 					    train_layer_stage(J, l)) !=
 			    k->prank ||
-		    dpl_mlp_layer_view(k->model, l, &v) != 0)
+		    train_layer_view(k, l, &v) != 0)
 			continue;
 		if (out) {
 			out[at]++;

@@ -16,6 +16,11 @@
 #include <dpl/device_cpu.h>
 #include <dpl/model_mlp.h>
 #endif
+#if defined(DPL_HAVE_MODEL_MLP_CUDA)
+#include <dpl/device_cuda.h>
+#include <dpl/model_mlp_cuda.h>
+#endif
+#include <stdlib.h>
 
 #include "train.h"
 
@@ -134,12 +139,43 @@ static int make_model(struct train_rank *k)
 		l.slots = slots;
 		l.max_samples = max_samples(J, J->reps[k->prank]);
 		l.batch = J->o.batch;
+#if defined(DPL_HAVE_MODEL_MLP_CUDA)
+		if (J->o.cuda) {
+			k->inner = &dpl_mlp_cuda_stage_ops;
+			return dpl_mlp_cuda_create(&mp, &l, k->dev,
+						   (dpl_mlp_cuda **)&k->model);
+		}
+#endif
 		k->inner = &dpl_mlp_stage_ops;
 		return dpl_mlp_create(&mp, &l, (dpl_mlp **)&k->model);
 	}
 #else
 	return dpl_set_error(DPL_ENOTSUP, "built without the CPU device");
 #endif
+}
+
+/* Rank k's device: the synthetic one, the CPU, or GPU LOCAL_RANK
+ * modulo the GPUs seen (dpl_device_cuda_local_index). */
+static int open_device(struct train_rank *k)
+{
+	const struct train_job *J = k->J;
+
+#if defined(DPL_HAVE_MODEL_MLP_CUDA)
+	if (J->o.cuda) {
+		struct dpl_device_params dp = {0};
+		int rc = dpl_device_cuda_local_index(&dp.index);
+
+		return rc != 0 ? rc
+			       : dpl_device_open(&dpl_device_cuda, &dp, &k->dev);
+	}
+#endif
+	return dpl_device_open(J->o.synthetic ? &dpl_device_synthetic
+#if defined(DPL_HAVE_DEVICE_CPU)
+					      : &dpl_device_cpu,
+#else
+					      : &dpl_device_host,
+#endif
+			       NULL, &k->dev);
 }
 
 int train_rank_setup(struct train_rank *k, const struct dpl_oob *oob)
@@ -163,13 +199,7 @@ int train_rank_setup(struct train_rank *k, const struct dpl_oob *oob)
 	tp.options = J->o.transport_options;
 	rc = dpl_transport_open(J->tops, &tp, &k->t);
 	if (rc == 0)
-		rc = dpl_device_open(J->o.synthetic ? &dpl_device_synthetic
-#if defined(DPL_HAVE_DEVICE_CPU)
-						    : &dpl_device_cpu,
-#else
-						    : &dpl_device_host,
-#endif
-				     NULL, &k->dev);
+		rc = open_device(k);
 	if (rc == 0)
 		rc = make_model(k);
 	if (rc == 0) {
@@ -219,7 +249,11 @@ void train_rank_loop(struct train_rank *k)
 		if (!J->o.synthetic) {
 			double l;
 
-			if (dpl_mlp_loss(k->model, &l) == 0)
+			if (
+#if defined(DPL_HAVE_MODEL_MLP_CUDA)
+			    J->o.cuda ? dpl_mlp_cuda_loss(k->model, &l) == 0 :
+#endif
+			    dpl_mlp_loss(k->model, &l) == 0)
 				J->loss[(size_t)it * J->world + k->rank] = l;
 		}
 #endif
@@ -229,16 +263,57 @@ void train_rank_loop(struct train_rank *k)
 
 void train_model_destroy(struct train_rank *k)
 {
+	uint32_t l;
+
 	if (k->J->o.synthetic)
 		dpl_synthetic_destroy(k->model);
+#if defined(DPL_HAVE_MODEL_MLP_CUDA)
+	else if (k->J->o.cuda)
+		dpl_mlp_cuda_destroy(k->model);
+#endif
 #if defined(DPL_HAVE_DEVICE_CPU)
 	else
 		dpl_mlp_destroy(k->model);
 #endif
 	k->model = NULL;
+	for (l = 0; l < TRAIN_MAX_LAYERS; l++) {
+		free(k->host[l]);
+		k->host[l] = NULL;
+	}
 }
 
 #if defined(DPL_HAVE_DEVICE_CPU)
+
+int train_layer_view(struct train_rank *k, uint32_t layer,
+		     struct dpl_mlp_view *v)
+{
+#if defined(DPL_HAVE_MODEL_MLP_CUDA)
+	if (k->J->o.cuda) {
+		const uint32_t *wd = k->J->o.widths;
+		size_t e = train_value_bytes(&k->J->o), nw, nb;
+		int rc;
+
+		if (layer >= k->J->layers || layer >= TRAIN_MAX_LAYERS)
+			return dpl_set_error(DPL_EINVAL, "layer %u", layer);
+		nw = (size_t)wd[layer] * wd[layer + 1];
+		nb = wd[layer + 1];
+		if (k->host[layer] == NULL &&
+		    (k->host[layer] = malloc((nw + nb) * e)) == NULL)
+			return dpl_set_error(DPL_ENOMEM, "out of memory");
+		rc = dpl_mlp_cuda_layer(k->model, layer, 0, k->host[layer],
+					nw, &v->nw, (char *)k->host[layer] +
+							    nw * e,
+					nb, &v->nb);
+		if (rc != 0)
+			return rc;
+		v->w = k->host[layer];
+		v->b = (char *)k->host[layer] + nw * e;
+		v->dtype = dpl_mlp_cuda_dtype(k->model);
+		return 0;
+	}
+#endif
+	return dpl_mlp_layer_view(k->model, layer, v);
+}
 
 void train_mlp_params(const struct train_opts *o, struct dpl_mlp_params *p)
 {

@@ -95,7 +95,12 @@ void train_usage(FILE *f)
 		"                      --check trains one device in the same "
 		"one; default f64\n"
 		"device:\n"
-		"  --device cpu|synthetic   default cpu\n"
+		"  --device cpu|synthetic|cuda   default cpu; cuda: the MLP "
+		"on GPU LOCAL_RANK\n"
+		"                      modulo the GPUs seen (needs a "
+		"transport that takes\n"
+		"                      CUDA memory beyond one rank: "
+		"--transport cudaipc)\n"
 		"  --fwd-ms F --bwd-ms B    synthetic: time per micro-batch; "
 		"default 1, 2\n"
 		"  --act-bytes N       synthetic: activation bytes per sample; "
@@ -271,10 +276,21 @@ int train_opts_parse(int argc, char **argv, struct train_opts *o)
 		} else if (cli_flag(argc, argv, &i, "--device", &v)) {
 			uint32_t d = 0;
 
-			rc = v ? parse_name("--device", v, "cpu", "synthetic",
-					    &d)
-			       : cli_missing(CMD, "--device");
+			if (v && strcmp(v, "cuda") == 0) {
+				rc = 0;
+				d = 2;
+			} else if (v && strcmp(v, "cpu") != 0 &&
+				   strcmp(v, "synthetic") != 0) {
+				rc = cli_usage_error(CMD, "--device: '%s' is "
+						     "not cpu, synthetic or "
+						     "cuda", v);
+			} else {
+				rc = v ? parse_name("--device", v, "cpu",
+						    "synthetic", &d)
+				       : cli_missing(CMD, "--device");
+			}
 			o->synthetic = d == 1;
+			o->cuda = d == 2;
 		} else if (cli_flag(argc, argv, &i, "--plan", &v)) {
 			o->plan_path = v;
 			rc = v ? 0 : cli_missing(CMD, "--plan");

@@ -15,6 +15,10 @@
 #include <dpl/model_mlp.h>
 #endif
 
+#if defined(DPL_HAVE_MODEL_MLP_CUDA)
+#include <dpl/device_cuda.h>
+#endif
+
 #include "cli.h"
 #include "sched_opts.h"
 #include "train.h"
@@ -205,6 +209,60 @@ static int resolve_cap_bytes(struct train_job *J,
 	return 0;
 }
 
+int train_cuda_transport(const struct train_job *J, const char *name,
+			 uint64_t caps)
+{
+	static const char *const host_only[] = {"inproc", "shm", "ucx",
+						"ofi"};
+	bool refuse = false;
+	size_t i;
+
+	if (!J->o.cuda || J->world <= 1)
+		return CLI_OK;
+	if (caps != ~(uint64_t)0)
+		refuse = (caps & DPL_TRANSPORT_CAP_MEM_CUDA) == 0;
+	for (i = 0; caps == ~(uint64_t)0 && i < 4; i++)
+		refuse = refuse || strcmp(name, host_only[i]) == 0;
+	if (!refuse)
+		return CLI_OK;
+	return cli_usage_error(CMD, "--device cuda: --transport %s does not "
+			       "take CUDA device memory, and the %u ranks "
+			       "exchange activations and gradients in it; "
+			       "use --transport cudaipc (or one rank: "
+			       "--stages 1 without replicas)", name,
+			       J->world);
+}
+
+/* --device cuda: built in, a transport that can carry device memory
+ * (by name; train_threads and train_process check the caps), and a GPU
+ * seen here (CLI_FAIL naming the CUDA error at once, before any rank
+ * starts). */
+static int resolve_cuda(struct train_job *J)
+{
+	const struct train_opts *o = &J->o;
+	int rc;
+
+	if ((rc = train_cuda_transport(J, o->transport ? o->transport
+					  : o->nprocs	? "shm"
+							: "inproc",
+				       ~(uint64_t)0)) != CLI_OK)
+		return rc;
+#if defined(DPL_HAVE_MODEL_MLP_CUDA)
+	{
+		uint32_t idx = 0;
+
+		if (dpl_device_cuda_local_index(&idx) != 0)
+			return cli_fail(CMD, "--device cuda: %s",
+					dpl_last_error());
+	}
+	return CLI_OK;
+#else
+	return cli_usage_error(CMD, "--device cuda: dpl was built without "
+			       "the GPU model (needs DPL_WITH_CUDA and the CPU "
+			       "device)");
+#endif
+}
+
 /* Check everything and build the schedule; nothing runs yet. */
 int train_resolve(struct train_job *J)
 {
@@ -296,11 +354,12 @@ int train_resolve(struct train_job *J)
 				       "--optimizer sgd only");
 	if (o->check && o->synthetic)
 		return cli_usage_error(CMD, "--check compares weights: it "
-				       "needs --device cpu");
+				       "needs --device cpu or cuda");
 	if (o->precision_set && o->synthetic)
 		return cli_usage_error(CMD, "--dtype %s: the synthetic device "
 				       "has no model (--act-bytes sizes its "
-				       "activations); it needs --device cpu",
+				       "activations); it needs --device cpu "
+				       "or cuda",
 				       train_dtype_name(o));
 	if (o->fail && o->fail_rank >= J->world)
 		return cli_usage_error(CMD, "--fail-at: rank %u out of range "
@@ -310,6 +369,8 @@ int train_resolve(struct train_job *J)
 		return cli_usage_error(CMD, "--fail-at: iteration %u out of "
 				       "range (%u iterations)", o->fail_iter,
 				       o->iterations);
+	if (o->cuda && (rc = resolve_cuda(J)) != 0)
+		return rc;
 	if ((rc = resolve_cap_bytes(J, &sp, cap_act)) != 0)
 		return rc;
 	if (!o->schedule_path) {

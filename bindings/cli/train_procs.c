@@ -59,6 +59,9 @@ int train_process(struct train_job *J, struct train_result *R,
 	size_t n = 0;
 	int rc;
 
+	if ((rc = train_cuda_transport(J, J->tops->name, J->tops->caps)) !=
+	    CLI_OK)
+		return rc;
 	memset(&k, 0, sizeof k);
 	k.J = J;
 	k.rank = rank;

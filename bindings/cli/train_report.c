@@ -43,7 +43,8 @@ void train_print_text(const struct train_job *J, const struct train_result *R)
 	       "%llu samples, %s, %s, %s%s\n",
 	       J->nstages, J->world, o->microbatches,
 	       (unsigned long long)(e - b), dpl_policy_name(o->policy),
-	       J->tops->name, o->synthetic ? "synthetic" : "cpu, ",
+	       J->tops->name,
+	       o->synthetic ? "synthetic" : o->cuda ? "cuda, " : "cpu, ",
 	       o->synthetic ? "" : train_dtype_name(o));
 	if (!o->synthetic) {
 		printf("%9s  %s\n", "iteration", "loss");
@@ -85,7 +86,9 @@ int train_print_json(const struct train_job *J, const struct train_result *R)
 	cJSON_AddNumberToObject(root, "batch", (double)o->batch);
 	cJSON_AddNumberToObject(root, "iterations", o->iterations);
 	cJSON_AddStringToObject(root, "device",
-				o->synthetic ? "synthetic" : "cpu");
+				o->synthetic ? "synthetic"
+				: o->cuda    ? "cuda"
+					     : "cpu");
 	if (!o->synthetic)
 		cJSON_AddStringToObject(root, "dtype", train_dtype_name(o));
 	a = cJSON_AddArrayToObject(root, "loss");

@@ -35,15 +35,15 @@ static void *rank_main(void *arg)
 
 #if defined(DPL_HAVE_DEVICE_CPU)
 /* The model of layer l's stage on replica 0 of its pipeline rank. */
-static const dpl_mlp *owner(const struct train_job *J,
-			    const struct train_rank *ranks, uint32_t layer)
+static struct train_rank *owner(const struct train_job *J,
+				struct train_rank *ranks, uint32_t layer)
 {
 	uint32_t s, p, base = 0;
 
 	p = dpl_schedule_stage_rank(J->sched, train_layer_stage(J, layer));
 	for (s = 0; s < p; s++)
 		base += J->reps[s];
-	return ranks[base].model;
+	return &ranks[base];
 }
 #endif
 
@@ -98,13 +98,13 @@ int train_threads(struct train_job *J, struct train_result *R)
 	struct train_layer *v = calloc(J->layers + 1, sizeof *v);
 	uint64_t t0 = UINT64_MAX, t1 = 0;
 	uint32_t i, p, s, failed = 0;
-	int rc = CLI_OK;
+	int rc = train_cuda_transport(J, J->tops->name, J->tops->caps);
 
-	if (ranks == NULL || th == NULL || v == NULL) {
+	if (rc != CLI_OK || ranks == NULL || th == NULL || v == NULL) {
 		free(ranks);
 		free(th);
 		free(v);
-		return cli_fail(CMD, "out of memory");
+		return rc != CLI_OK ? rc : cli_fail(CMD, "out of memory");
 	}
 	snprintf(J->world_name, sizeof J->world_name, "dpl-train-%ld",
 		 (long)getpid());
@@ -159,7 +159,7 @@ int train_threads(struct train_job *J, struct train_result *R)
 	for (i = 0; !J->o.synthetic && i < J->layers; i++) {
 		struct dpl_mlp_view mv;
 
-		if (dpl_mlp_layer_view(owner(J, ranks, i), i, &mv) == 0) {
+		if (train_layer_view(owner(J, ranks, i), i, &mv) == 0) {
 			v[i].w = mv.w;
 			v[i].nw = mv.nw;
 			v[i].b = mv.b;

@@ -8,8 +8,13 @@
 #include <math.h>
 
 #include <dpl/dpl.h>
+#include <stdlib.h>
 #if defined(DPL_HAVE_DEVICE_CPU)
 #include <dpl/model_mlp.h>
+#endif
+#if defined(DPL_HAVE_MODEL_MLP_CUDA)
+#include <dpl/device_cuda.h>
+#include <dpl/model_mlp_cuda.h>
 #endif
 
 #include "cli.h"
@@ -76,6 +81,20 @@ static double rel(double a, double b, size_t e)
 	return fabs(a - b) / m;
 }
 
+/* The largest relative difference of one layer's values. */
+static double layer_rel(const struct train_layer *a,
+			const struct train_layer *b, size_t e)
+{
+	double r = 0;
+	size_t i;
+
+	for (i = 0; i < a->nw; i++)
+		r = fmax(r, rel(value(a->w, i, e), value(b->w, i, e), e));
+	for (i = 0; i < a->nb; i++)
+		r = fmax(r, rel(value(a->b, i, e), value(b->b, i, e), e));
+	return r;
+}
+
 /* Train on one device (no runner) and compare the final weights. */
 static int check_one_device(const struct train_job *J,
 			    const struct train_layer *v, double *max_rel)
@@ -109,7 +128,7 @@ static int check_one_device(const struct train_job *J,
 	*max_rel = 0;
 	for (layer = 0; layer < J->layers; layer++) {
 		struct dpl_mlp_view one;
-		size_t i;
+		struct train_layer t;
 
 		dpl_mlp_layer_view(m, layer, &one);
 		if (one.nw != v[layer].nw || one.nb != v[layer].nb) {
@@ -119,18 +138,77 @@ static int check_one_device(const struct train_job *J,
 					     "%zu", layer, v[layer].nw,
 					     v[layer].nb, one.nw, one.nb);
 		}
-		for (i = 0; i < one.nw; i++)
-			*max_rel = fmax(*max_rel,
-					rel(value(one.w, i, e),
-					    value(v[layer].w, i, e), e));
-		for (i = 0; i < one.nb; i++)
-			*max_rel = fmax(*max_rel,
-					rel(value(one.b, i, e),
-					    value(v[layer].b, i, e), e));
+		t.w = one.w;
+		t.b = one.b;
+		t.nw = one.nw;
+		t.nb = one.nb;
+		*max_rel = fmax(*max_rel, layer_rel(&t, &v[layer], e));
 	}
 	dpl_mlp_destroy(m);
 	return 0;
 }
+
+#if defined(DPL_HAVE_MODEL_MLP_CUDA)
+/* --device cuda: the same on one GPU (LOCAL_RANK's), in the same dtype;
+ * the callbacks queue on one stream, the layer copies wait for it. */
+static int check_one_gpu(const struct train_job *J,
+			 const struct train_layer *v, double *max_rel)
+{
+	struct dpl_mlp_params mp;
+	struct dpl_mlp_layout l = {0};
+	struct dpl_stage_args a = {0};
+	struct dpl_device_params dp = {0};
+	uint32_t bounds[2] = {0, J->layers}, it, layer;
+	size_t e = train_value_bytes(&J->o);
+	dpl_device *dev = NULL;
+	dpl_mlp_cuda *m = NULL;
+	void *buf = NULL;
+	int rc;
+
+	train_mlp_params(&J->o, &mp);
+	l.stages = 1;
+	l.bounds = bounds;
+	l.max_samples = J->o.batch;
+	l.batch = J->o.batch;
+	if ((rc = dpl_device_cuda_local_index(&dp.index)) != 0 ||
+	    (rc = dpl_device_open(&dpl_device_cuda, &dp, &dev)) != 0 ||
+	    (rc = dpl_mlp_cuda_create(&mp, &l, dev, &m)) != 0)
+		goto out;
+	a.end = J->o.batch;
+	a.batch = J->o.batch;
+	for (it = 0; it < J->o.iterations; it++) {
+		a.iteration = it;
+		if ((rc = dpl_mlp_cuda_stage_ops.forward(m, &a)) != 0 ||
+		    (rc = dpl_mlp_cuda_stage_ops.backward(m, &a)) != 0 ||
+		    (rc = dpl_mlp_cuda_stage_ops.step(m, 0, it)) != 0)
+			goto out;
+	}
+	*max_rel = 0;
+	for (layer = 0; layer < J->layers; layer++) {
+		struct train_layer one;
+
+		free(buf);
+		buf = malloc((v[layer].nw + v[layer].nb) * e + 1);
+		if (buf == NULL) {
+			rc = dpl_set_error(DPL_ENOMEM, "out of memory");
+			goto out;
+		}
+		one.w = buf;
+		one.b = (char *)buf + v[layer].nw * e;
+		if ((rc = dpl_mlp_cuda_layer(m, layer, 0, buf, v[layer].nw,
+					     &one.nw, (char *)buf +
+							      v[layer].nw * e,
+					     v[layer].nb, &one.nb)) != 0)
+			goto out;
+		*max_rel = fmax(*max_rel, layer_rel(&one, &v[layer], e));
+	}
+out:
+	free(buf);
+	dpl_mlp_cuda_destroy(m);
+	dpl_device_close(dev);
+	return rc;
+}
+#endif
 
 #endif /* DPL_HAVE_DEVICE_CPU */
 
@@ -143,7 +221,11 @@ int train_weights_results(const struct train_job *J,
 		R->digest = digest(J, v);
 	}
 	if (J->o.check) {
-		if (check_one_device(J, v, &R->max_rel) != 0)
+		if (
+#if defined(DPL_HAVE_MODEL_MLP_CUDA)
+		    J->o.cuda ? check_one_gpu(J, v, &R->max_rel) != 0 :
+#endif
+		    check_one_device(J, v, &R->max_rel) != 0)
 			return cli_fail(CMD, "one-device training: %s",
 					dpl_last_error());
 		R->have_check = true;
