@@ -173,9 +173,9 @@ static int post(struct rank *r, bool send, void *req, uint64_t tag,
 
 	for (;;) {
 		rc = send ? dpl_transport_isend(r->t, req, 1 - r->me, tag, buf, len,
-				       DPL_MEM_HOST)
+				       O.mem)
 			  : dpl_transport_irecv(r->t, req, 1 - r->me, tag, buf, len,
-				       DPL_MEM_HOST);
+				       O.mem);
 		if (rc != DPL_EAGAIN)
 			return rc ? fail(r, send ? "isend" : "irecv", rc) : 0;
 		if ((rc = dpl_transport_progress(r->t)) < 0)
@@ -336,7 +336,8 @@ static void run_rank(uint32_t me, struct result *res)
 	dpl_bootstrap *bs = NULL;
 	struct dpl_oob oob;
 	struct rank r;
-	unsigned char *buf;
+	unsigned char *buf = NULL;
+	char why[200];
 	double *rt, secs = 0;
 	size_t s, bytes = 0;
 	int rep, rc;
@@ -382,13 +383,15 @@ static void run_rank(uint32_t me, struct result *res)
 		if (need > bytes)
 			bytes = need;
 	}
-	buf = aligned_alloc(4096, (bytes + 4095) / 4096 * 4096);
 	rt = malloc(10000 * sizeof *rt);
-	if (r.req == NULL || buf == NULL || rt == NULL) {
+	if (r.req == NULL || rt == NULL) {
 		fail(&r, "out of memory", DPL_ENOMEM);
 		goto out;
 	}
-	memset(buf, me + 1, bytes);
+	if ((buf = probe_alloc(bytes, (int)me + 1, why, sizeof why)) == NULL) {
+		fail(&r, why, DPL_ENOMEM);
+		goto out;
+	}
 	for (s = 0; s < nsizes && !res->failed; s++) {
 		n = pingpong_iters(sizes[s]);
 		if (pingpong(&r, sizes[s], n / 10 + 1, buf, NULL))
@@ -422,7 +425,7 @@ static void run_rank(uint32_t me, struct result *res)
 	barrier(&r);
 out:
 	free(rt);
-	free(buf);
+	probe_free(buf);
 	dpl_transport_close(r.t);
 	free(r.req);
 }

@@ -41,6 +41,7 @@ struct opts {
 	bool repost_first; /* --repost before */
 	int reps;
 	int window;
+	unsigned mem;     /* --mem: DPL_MEM_HOST or DPL_MEM_CUDA */
 };
 
 extern struct opts O;
@@ -55,6 +56,11 @@ double now_s(void);
 double median(const double *v, int n);
 /* Messages a streaming run of `size` sends. */
 unsigned stream_msgs(size_t size);
+/* A buffer of `bytes` (rounded up to pages) of memory kind O.mem, every
+ * byte set to `fill`; NULL with the reason in why (transport_probe_mem.c).
+ * probe_free releases it. */
+void *probe_alloc(size_t bytes, int fill, char *why, size_t size);
+void probe_free(void *p);
 /* Run both ranks (threads or processes) over the loaded module. */
 int run_transport(struct result *res);
 

@@ -126,7 +126,7 @@ static void usage(FILE *f)
 		"\n         [--ranks processes|threads] [--options K=V,...]\n"
 		"         [--min BYTES] [--max BYTES | --sizes A,B,...] [--reps N]\n"
 		"         [--window N] [--buffers shared|distinct] [--pin]\n"
-		"         [--repost before|after]\n"
+		"         [--repost before|after] [--mem host|cuda]\n"
 		"         [--json FILE] [--tsv FILE]\n"
 		"       transport_probe --memcpy [--min BYTES] [--max BYTES] "
 		"[--reps N]\n"
@@ -226,6 +226,14 @@ int main(int argc, char **argv)
 				return 2;
 			}
 			O.distinct = strcmp(v, "distinct") == 0;
+		} else if (strcmp(a, "--mem") == 0) {
+			if (strcmp(v, "host") != 0 && strcmp(v, "cuda") != 0) {
+				fprintf(stderr, "--mem: '%s' is not host or "
+					"cuda\n", v);
+				return 2;
+			}
+			O.mem = strcmp(v, "cuda") == 0 ? DPL_MEM_CUDA
+						       : DPL_MEM_HOST;
 		} else if (strcmp(a, "--repost") == 0) {
 			if (strcmp(v, "before") && strcmp(v, "after")) {
 				fprintf(stderr, "--repost: '%s' is not before "
