@@ -77,14 +77,14 @@
 
 /* ---- test, progress, cancel, wait ------------------------------------ */
 
-static int shm_test(void *vctx, void *vreq)
+int dpl__shm_test(void *vctx, void *vreq)
 {
 	struct req *r = vreq;
 
 	return r->status;
 }
 
-static int shm_progress(void *vctx)
+int dpl__shm_progress(void *vctx)
 {
 	struct ctx *c = vctx;
 	uint64_t n;
@@ -105,7 +105,7 @@ static int shm_progress(void *vctx)
 	return n > INT_MAX ? INT_MAX : (int)n;
 }
 
-static int shm_cancel(void *vctx, void *vreq)
+int dpl__shm_cancel(void *vctx, void *vreq)
 {
 	struct ctx *c = vctx;
 	struct req *r = vreq;
@@ -165,7 +165,7 @@ static bool anything_new(struct ctx *c)
 	return false;
 }
 
-static int shm_wait(void *vctx, uint64_t timeout_ns)
+int dpl__shm_wait(void *vctx, uint64_t timeout_ns)
 {
 	struct ctx *c = vctx;
 	uint64_t start = dpl_clock_ns(), now = start, end, nap;
@@ -206,6 +206,8 @@ static int shm_wait(void *vctx, uint64_t timeout_ns)
 	return 0;
 }
 
+/* Built into dpl_transport_cudaipc too, which has its own table. */
+#ifndef DPL__SHM_NO_TABLE
 DPL_EXTERN const struct dpl_transport_ops dpl_transport_shm = {
 	.abi_version = DPL_TRANSPORT_ABI_VERSION,
 	.size = sizeof(struct dpl_transport_ops),
@@ -217,10 +219,11 @@ DPL_EXTERN const struct dpl_transport_ops dpl_transport_shm = {
 	.fini = dpl__shm_fini,
 	.isend = dpl__shm_isend,
 	.irecv = dpl__shm_irecv,
-	.test = shm_test,
-	.progress = shm_progress,
-	.cancel = shm_cancel,
-	.wait = shm_wait,
+	.test = dpl__shm_test,
+	.progress = dpl__shm_progress,
+	.cancel = dpl__shm_cancel,
+	.wait = dpl__shm_wait,
 };
 
 DPL_TRANSPORT_PLUGIN(dpl_transport_shm);
+#endif

@@ -366,6 +366,14 @@ int dpl__shm_pidfd_of(int pid);
 /* Let peers read our buffers where Yama restricts ptrace to ancestors. */
 void dpl__shm_allow_cma(void);
 
+/* ---- the whole-context members (shm.c) --------------------------------- */
+
+/* The test, progress, cancel and wait members (also cudaipc's). */
+int dpl__shm_test(void *vctx, void *vreq);
+int dpl__shm_progress(void *vctx);
+int dpl__shm_cancel(void *vctx, void *vreq);
+int dpl__shm_wait(void *vctx, uint64_t timeout_ns);
+
 /* ---- init and fini (shm_init.c) ---------------------------------------- */
 
 /* The init and fini members (dpl/transport_shm.h says what they do). */
