@@ -36,6 +36,12 @@
 #ifdef DPL_HAVE_TRANSPORT_OFI
 #include <dpl/transport_ofi.h>
 #endif
+#ifdef DPL_HAVE_TRANSPORT_CUDAIPC
+#include <dpl/transport_cudaipc.h>
+#endif
+#ifdef DPL_HAVE_TRANSPORT_NCCL
+#include <dpl/transport_nccl.h>
+#endif
 
 #include "cli.h"
 #include "info_probe.h"
@@ -92,6 +98,12 @@ static const struct tinfo linked_transports[] = {
 #ifdef DPL_HAVE_TRANSPORT_OFI
     {"ofi", &dpl_transport_ofi},
 #endif
+#ifdef DPL_HAVE_TRANSPORT_CUDAIPC
+    {"cudaipc", &dpl_transport_cudaipc},
+#endif
+#ifdef DPL_HAVE_TRANSPORT_NCCL
+    {"nccl", &dpl_transport_nccl},
+#endif
     {NULL, NULL},
 };
 
@@ -111,7 +123,7 @@ static const struct dpl_device_ops *const linked_devices[] = {
 
 /* Module names dpl_transport_load() is asked for. */
 static const char *const module_names[] = {"inproc", "shm", "ucx", "ofi",
-					   "cudaipc", "hook"};
+					   "cudaipc", "hook", "nccl"};
 #define NMODULES (sizeof module_names / sizeof module_names[0])
 
 static cJSON *caps_transport(uint64_t caps)
@@ -292,7 +304,13 @@ static cJSON *choices(void)
 				 shm ? shm : "?", tcp ? tcp : "?");
 			free(shm);
 			free(tcp);
-		}
+		} else if (strcmp(n, "cudaipc") == 0)
+			snprintf(text, sizeof text, "shm's rings and matching; "
+				 "device memory by CUDA IPC handles");
+		else if (strcmp(n, "nccl") == 0)
+			snprintf(text, sizeof text, "messages by nccl.inner; "
+				 "device-memory gradients by ncclAllReduce "
+				 "(host memory: the runner's ring)");
 		else
 			snprintf(text, sizeof text, "not known");
 		o = cJSON_CreateObject();

@@ -31,8 +31,14 @@ extern const struct dpl_transport_ops dpl_transport_ucx;
 #if defined(DPL_HAVE_TRANSPORT_OFI)
 extern const struct dpl_transport_ops dpl_transport_ofi;
 #endif
+#if defined(DPL_HAVE_TRANSPORT_CUDAIPC)
+#include <dpl/transport_cudaipc.h>
+#endif
 #if defined(DPL_HAVE_TRANSPORT_HOOK)
 #include <dpl/transport_hook.h>
+#endif
+#if defined(DPL_HAVE_TRANSPORT_NCCL)
+#include <dpl/transport_nccl.h>
 #endif
 
 #if defined(DPL_HAVE_BUILTINS)
@@ -40,8 +46,9 @@ extern const struct dpl_transport_ops dpl_transport_ofi;
 /*
  * The transport named `name` for ranks that are processes (procs) or
  * threads, or a usage error. "hook" is the shim of dpl/transport_hook.h
- * in the table of that mode; the transports linked here are registered
- * as its inner ones (hook.inner=shm), others load by name or path.
+ * and "nccl" that of dpl/transport_nccl.h, in the table of that mode; the
+ * transports linked here are registered as their inner ones
+ * (hook.inner=shm, nccl.inner=cudaipc), others load by name or path.
  */
 static int find_transport(const char *name, bool procs,
 			  const struct dpl_transport_ops **out)
@@ -66,6 +73,11 @@ static int find_transport(const char *name, bool procs,
 #else
 		{"ofi", NULL},
 #endif
+#if defined(DPL_HAVE_TRANSPORT_CUDAIPC)
+		{"cudaipc", &dpl_transport_cudaipc},
+#else
+		{"cudaipc", NULL},
+#endif
 	};
 	size_t i;
 
@@ -80,9 +92,20 @@ static int find_transport(const char *name, bool procs,
 			     : &dpl_transport_hook_threads;
 		return 0;
 	}
-#else
-	(void)procs;
 #endif
+#if defined(DPL_HAVE_TRANSPORT_NCCL)
+	if (strcmp(name, "nccl") == 0) {
+		for (i = 0; i < sizeof t / sizeof t[0]; i++)
+			if (t[i].ops != NULL &&
+			    dpl_transport_nccl_register(t[i].ops) != 0)
+				return cli_fail(CMD, "--transport nccl: %s",
+						dpl_last_error());
+		*out = procs ? &dpl_transport_nccl
+			     : &dpl_transport_nccl_threads;
+		return 0;
+	}
+#endif
+	(void)procs;
 	for (i = 0; i < sizeof t / sizeof t[0]; i++) {
 		if (strcmp(name, t[i].name) != 0)
 			continue;
@@ -94,7 +117,7 @@ static int find_transport(const char *name, bool procs,
 		return 0;
 	}
 	return cli_usage_error(CMD, "--transport: '%s' is not inproc, shm, "
-			       "ucx, ofi or hook", name);
+			       "ucx, ofi, cudaipc, hook or nccl", name);
 }
 
 /* This command line less --nprocs and --pid-dir, for the ranks. */
