@@ -10,9 +10,14 @@
  * (which Criterion runs in fresh processes) see it. Without --ranks (or
  * DPL_CONF_RANKS) the runner asks init how the module's ranks run
  * (probe_ranks). --xml=FILE is written by report_xml.c, with the reasons
- * of skipped tests.
+ * of skipped tests. A registration whose module needs a GPU sets
+ * DPL_CONF_NEEDS_GPU=1: on a host where the CUDA runtime sees none, the
+ * runner says so on one line ("conformance: transport ... needs a GPU")
+ * and runs nothing, which CTest reports as skipped.
  */
 #define _POSIX_C_SOURCE 200809L
+#include <dlfcn.h>
+#include <stdbool.h>
 #include <stdio.h>
 
 #include <criterion/criterion.h>
@@ -127,6 +132,44 @@ static void probe_ranks(void)
 		getenv("DPL_CONF_BOOTSTRAP"));
 }
 
+/* With DPL_CONF_NEEDS_GPU=1: true when the CUDA runtime (loaded by name,
+ * so the battery needs no CUDA to build) sees no device, the reason in
+ * why. */
+static bool gpu_absent(char *why, size_t size)
+{
+	static const char *const libs[] = {"libcudart.so", "libcudart.so.13",
+					   "libcudart.so.12"};
+	const char *e = getenv("DPL_CONF_NEEDS_GPU");
+	int (*count)(int *);
+	const char *(*name)(int);
+	void *h = NULL, *sym;
+	int n = 0, rc;
+	size_t i;
+
+	if (e == NULL || strcmp(e, "1") != 0)
+		return false;
+	for (i = 0; h == NULL && i < sizeof libs / sizeof libs[0]; i++)
+		h = dlopen(libs[i], RTLD_NOW | RTLD_LOCAL);
+	if (h == NULL) {
+		snprintf(why, size, "no CUDA runtime (%s)", dlerror());
+		return true;
+	}
+	sym = dlsym(h, "cudaGetDeviceCount");
+	memcpy(&count, &sym, sizeof sym);
+	sym = dlsym(h, "cudaGetErrorName");
+	memcpy(&name, &sym, sizeof sym);
+	if (count == NULL || name == NULL) {
+		snprintf(why, size, "the CUDA runtime lacks cudaGetDeviceCount");
+		return true;
+	}
+	rc = count(&n);
+	if (rc != 0 || n == 0)
+		snprintf(why, size, "cudaGetDeviceCount: %s",
+			 rc ? name(rc) : "no device");
+	/* the runtime stays loaded: unloading it is not supported */
+	return rc != 0 || n == 0;
+}
+
 /* Criterion's sandbox finds the program's main through the symbol table
  * when it starts a test worker, so main keeps default visibility. */
 __attribute__((visibility("default"))) int main(int argc, char *argv[]);
@@ -151,8 +194,17 @@ int main(int argc, char *argv[])
 		usage(stderr, argv[0]);
 		return 2;
 	}
-	if (!help)
+	if (!help) {
+		char why[256];
+
+		if (gpu_absent(why, sizeof why)) {
+			fprintf(stderr, "conformance: transport %s needs a GPU "
+				"and this host has none: %s; nothing run\n",
+				t && *t ? t : conf_linked_table()->name, why);
+			return 0;
+		}
 		probe_ranks();
+	}
 	tests = criterion_initialize();
 	/* after criterion_initialize(), which registers Criterion's own */
 	criterion_register_output_provider("xml", conf__report_xml);
