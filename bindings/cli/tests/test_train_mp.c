@@ -409,7 +409,8 @@ Test(train_mp, bad_flags, .timeout = 60)
 	usage_error("train --stages 2 --nprocs 2 --transport inproc", NULL,
 		    "--transport inproc runs the ranks as threads");
 	usage_error("train --stages 2 --nprocs 2 --transport tcp", NULL,
-		    "--transport: 'tcp' is not inproc, shm, ucx, ofi or hook");
+		    "--transport: 'tcp' is not inproc, shm, ucx, ofi, "
+		    "cudaipc, hook or nccl");
 	usage_error("train --stages 2 --transport shm", NULL,
 		    "give --nprocs 2");
 	usage_error("train --stages 2 --pid-dir /tmp", NULL,

@@ -97,7 +97,11 @@ def plan_at_share(a: argparse.Namespace, layers: list, cluster: dpl.Cluster, say
         say(f"profiled {len(prof)} layers at batch {pbs} in {time.perf_counter() - t:.1f} s")
         plan = dpl.plan(prof, cluster, pbs=pbs, gbs=a.gbs, optimizer_factor=2, divisible=True)
         seen.add(pbs)
-        if a.fixed_profile or share(plan) == pbs or share(plan) in seen:
+        if a.fixed_profile or share(plan) == pbs:
+            return plan
+        if share(plan) in seen:
+            say(f"plan rounds cycle: the plan made at batch {pbs} has shares of "
+                f"{share(plan)}, profiled before; keeping it")
             return plan
         say(f"plan round {rnd + 1}: micro-batches of {plan.microbatch_size} make shares of "
             f"{share(plan)} samples per replica; profiling again at that batch")

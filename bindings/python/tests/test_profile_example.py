@@ -45,7 +45,13 @@ def check_output(out: str, tmp_path: Path, ranks: int) -> None:
     # micro-batch (re-profiled when --pbs gave another share)
     share = max(1, min(-(-plan.microbatch_size // r) for r in plan.replicas))
     batches = [int(b) for b in re.findall(r"^profiled \d+ layers at batch (\d+)", out, re.M)]
-    assert batches and batches[-1] == share, (batches, plan.microbatch_size, plan.replicas, out)
+    if "plan rounds cycle" in out:
+        # no share is a fixed point (the profile at each share plans the
+        # other): the plan kept was made at the last batch and its share
+        # was profiled in an earlier round
+        assert len(batches) >= 2 and share in batches[:-1], (batches, share, out)
+    else:
+        assert batches and batches[-1] == share, (batches, plan.microbatch_size, plan.replicas, out)
 
 
 def test_example_threads(tmp_path):
