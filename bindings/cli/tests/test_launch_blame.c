@@ -142,6 +142,13 @@ static long stat_field(pid_t pid, int field)
 
 /* Every rank started and `rank` has computed for a while (its utime and
  * stime, fields 14 and 15, add up to 20 ticks): mid-run. */
+/* Training: the rank has used MID_RUN_TICKS of CPU (user + system). Its
+ * start-up (loading the CUDA, cuBLAS and NCCL libraries the command links,
+ * slow under ASan) takes up to about a second of CPU before the
+ * rendezvous; the run is a million iterations, so 1.5 s is well inside
+ * it. */
+#define MID_RUN_TICKS 150
+
 static void wait_mid_run(struct job *j, unsigned rank)
 {
 	double end = now_s() + 30;
@@ -149,7 +156,7 @@ static void wait_mid_run(struct job *j, unsigned rank)
 	while (now_s() < end) {
 		if (read_pids(j) == 4 && stat_field(j->pids[rank], 14) +
 						 stat_field(j->pids[rank], 15) >=
-						 20)
+						 MID_RUN_TICKS)
 			return;
 		nap_ms(20);
 	}
