@@ -262,9 +262,11 @@ static bool stopped_now(pid_t pid)
 	n = fread(buf, 1, sizeof buf - 1, f);
 	fclose(f);
 	buf[n] = '\0';
-	/* The state follows "(comm) ", and comm may hold a ')'. */
+	/* The state follows "(comm) ", and comm may hold a ')'. Only 'T'
+	 * (stopped by a signal): 't' is a tracing stop, which is also how
+	 * a sanitizer's leak check holds the threads of an exiting rank. */
 	p = strrchr(buf, ')');
-	return p != NULL && p[1] == ' ' && (p[2] == 'T' || p[2] == 't');
+	return p != NULL && p[1] == ' ' && p[2] == 'T';
 }
 
 /*
@@ -417,19 +419,28 @@ static void watch_all(const struct cli_launch *p, struct proc *c,
 			w->deadline = 0;
 			w->by_stop = false;
 		}
+		cli__poll_causes(w, c, p->nprocs);
 		/* Past the bound, or only stopped ranks left after a
-		 * failure: nobody is going to wake them. */
-		if (w->left > 0 && w->deadline != 0 &&
-		    (now_s() > w->deadline ||
-		     (w->nfail > 0 && w->nstopped == w->left))) {
+		 * failure: nobody is going to wake them. A rank that told
+		 * its cause is exiting: it gets CLI_LAUNCH_EXIT_S more. */
+		if (w->left > 0 && w->deadline != 0) {
+			double t = now_s();
+			bool all = w->nfail > 0 && w->nstopped == w->left;
+			bool past = t > w->deadline;
+
 			for (i = 0; i < p->nprocs; i++)
-				if (!c[i].done) {
+				if (!c[i].done &&
+				    (all || (past && (c[i].stopped ||
+						      !c[i].told ||
+						      t > w->deadline +
+							      CLI_LAUNCH_EXIT_S)))) {
+					if (c[i].stopped)
+						w->nstopped--;
 					put_down(&c[i]);
 					c[i].seq = w->seq++;
 					w->nfail++;
 					w->left--;
 				}
-			w->nstopped = 0;
 		}
 		if (w->left > 0 && seq == w->seq)
 			nanosleep(&tick, NULL);
@@ -490,6 +501,12 @@ int cli_launch_run(const char *cmd, const struct cli_launch *p)
 	for (i = 0; i < 3; i++)
 		sigaction(stops[i], &sa, &old[i]);
 	w.left = p->nprocs;
+	w.cause_fd = pipefd[0];
+	for (i = 0; i < p->nprocs; i++)
+		c[i].named = UINT32_MAX;
+	if (w.cause_fd >= 0)
+		fcntl(w.cause_fd, F_SETFL,
+		      fcntl(w.cause_fd, F_GETFL) | O_NONBLOCK);
 	watch_all(p, c, &w);
 	for (i = 0; i < 3; i++)
 		sigaction(stops[i], &old[i], NULL);
@@ -500,7 +517,10 @@ int cli_launch_run(const char *cmd, const struct cli_launch *p)
 		fprintf(stderr, "dpl %s: stopped by signal %d (%s), passed on "
 			"to every rank\n", cmd, (int)stop_signal,
 			strsignal(stop_signal));
-	cli__read_causes(pipefd[0], c, p->nprocs);
+	/* Every writer is gone: the rest of the lines. */
+	cli__poll_causes(&w, c, p->nprocs);
+	if (pipefd[0] >= 0)
+		close(pipefd[0]);
 	if (w.nfail > 0)
 		rc = cli__report(cmd, p, c, &w);
 	free(c);

@@ -32,7 +32,9 @@ struct cli_launch {
  * parent (PR_SET_PDEATHSIG).
  * Blocks until every child exited: without a failure, for as long as they
  * run; once one failed (non-zero exit or a signal), at most grace_s more,
- * after which the rest are killed and named. A child stopped by a signal
+ * after which the rest are killed and named; a rank that has told its
+ * cause (cli_launch_tell_cause) by then is on its way out and gets
+ * CLI_LAUNCH_EXIT_S (15 s) more to exit before it is killed too. A child stopped by a signal
  * (SIGSTOP, SIGTSTP: waitpid's WUNTRACED) bounds the wait the same way
  * from the moment it stopped, the first failure after it restarting the
  * bound; continued (WCONTINUED) before anything failed, the bound is

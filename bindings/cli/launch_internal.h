@@ -27,6 +27,7 @@ struct proc {
 	unsigned seq; /* order in which the launcher saw it end */
 	uint32_t named; /* the rank it names as the cause (its pipe line),
 			   UINT32_MAX when it said none */
+	bool told;    /* its pipe line came: it is on its way out */
 };
 
 /* What the watch loop knows. */
@@ -36,18 +37,27 @@ struct watch {
 	bool forwarded;
 	uint32_t left, nfail, nstopped;
 	unsigned seq;
+	int cause_fd;      /* read end of the cause pipe, -1: none */
+	size_t clen;       /* bytes of an unfinished line in cbuf */
+	char cbuf[256];
 };
+
+/* How long past the bound a rank that has told its cause (and so is
+ * exiting: flushing, freeing, a sanitizer's leak check) may take before
+ * it is killed all the same. */
+#define CLI_LAUNCH_EXIT_S 15.0
 
 /* Did the rank exit otherwise than with CLI_OK (or was it killed)? */
 bool cli__failed(const struct proc *c);
 
 /*
- * cli__read_causes - read the ranks' lines ("cause R Q\n") from the read
- * end of the cause pipe, every writer gone, into c[R].named; lines that
- * do not parse or name ranks outside [0, n) are ignored. Does not block
- * (the descriptor is made non-blocking) and closes fd.
+ * cli__poll_causes - read what the ranks wrote on the cause pipe so far
+ * (lines "cause R Q\n", each one write) into c[R].named and c[R].told;
+ * lines that do not parse or name ranks outside [0, n) are ignored, and
+ * so is a line longer than w->cbuf. Never blocks (w->cause_fd is made
+ * non-blocking by the caller); does nothing when w->cause_fd is -1.
  */
-void cli__read_causes(int fd, struct proc *c, uint32_t n);
+void cli__poll_causes(struct watch *w, struct proc *c, uint32_t n);
 
 /*
  * cli__report - print one line for every rank that failed, the cause

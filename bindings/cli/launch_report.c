@@ -187,33 +187,44 @@ int cli__report(const char *cmd, const struct cli_launch *p,
 }
 
 
-void cli__read_causes(int fd, struct proc *c, uint32_t n)
+/* One line "cause R Q" (no newline). */
+static void take_line(const char *line, struct proc *c, uint32_t n)
 {
-	char buf[8192], *line, *save = NULL;
-	size_t len = 0;
+	unsigned r, q;
+	char end;
+
+	if (sscanf(line, "cause %u %u%c", &r, &q, &end) == 2 && r < n &&
+	    q < n) {
+		c[r].named = q;
+		c[r].told = true;
+	}
+}
+
+void cli__poll_causes(struct watch *w, struct proc *c, uint32_t n)
+{
 	ssize_t got;
-	uint32_t i;
+	char *nl;
 
-	for (i = 0; i < n; i++)
-		c[i].named = NONE;
-	if (fd < 0)
+	if (w->cause_fd < 0)
 		return;
-	fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
-	while (len < sizeof buf - 1 &&
-	       ((got = read(fd, buf + len, sizeof buf - 1 - len)) > 0 ||
-		(got < 0 && errno == EINTR)))
-		if (got > 0)
-			len += (size_t)got;
-	buf[len] = '\0';
-	close(fd);
-	for (line = strtok_r(buf, "\n", &save); line != NULL;
-	     line = strtok_r(NULL, "\n", &save)) {
-		unsigned r, q;
-		char end;
-
-		if (sscanf(line, "cause %u %u%c", &r, &q, &end) == 2 &&
-		    r < n && q < n)
-			c[r].named = q;
+	for (;;) {
+		got = read(w->cause_fd, w->cbuf + w->clen,
+			   sizeof w->cbuf - 1 - w->clen);
+		if (got < 0 && errno == EINTR)
+			continue;
+		if (got <= 0)
+			return;
+		w->clen += (size_t)got;
+		w->cbuf[w->clen] = '\0';
+		while ((nl = strchr(w->cbuf, '\n')) != NULL) {
+			*nl = '\0';
+			take_line(w->cbuf, c, n);
+			w->clen -= (size_t)(nl + 1 - w->cbuf);
+			memmove(w->cbuf, nl + 1, w->clen + 1);
+		}
+		/* A line that does not fit is nobody's: drop it. */
+		if (w->clen == sizeof w->cbuf - 1)
+			w->clen = 0;
 	}
 }
 
