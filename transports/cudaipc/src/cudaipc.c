@@ -1,22 +1,40 @@
 /*
  * cudaipc.c - the CUDA IPC transport's table: shm's members (its
- * sources are built into this library too, without shm's table) and an
- * init that first asks the seam for a CUDA device.
+ * sources are built into this library too, without shm's table), an init
+ * that first asks the seam for a CUDA device and then sets up the device
+ * hook (cudaipc_dev.c), and a fini that closes it.
  */
 #include <dpl/backend.h>
 #include <dpl/transport_cudaipc.h>
 
-#include "../../shm/src/shm_internal.h"
 #include "cudaipc_internal.h"
 
 int dpl__cudaipc_init_with(const struct dpl__cudaipc_seam *seam, void *vctx,
 			   const struct dpl_transport_params *p)
 {
+	struct dpl__cudaipc_ctx *cc = vctx;
 	int rc = seam->probe();
 
 	if (rc)
 		return rc;
-	return dpl__shm_init(vctx, p);
+	rc = dpl__cudaipc_dev_init(&cc->dev, seam);
+	if (rc)
+		return rc;
+	rc = dpl__shm_init(&cc->shm, p);
+	if (rc) {
+		dpl__cudaipc_dev_fini(&cc->dev);
+		return rc;
+	}
+	cc->shm.dev = &cc->dev.hook;
+	return 0;
+}
+
+void dpl__cudaipc_fini(void *vctx)
+{
+	struct dpl__cudaipc_ctx *cc = vctx;
+
+	dpl__shm_fini(&cc->shm);
+	dpl__cudaipc_dev_fini(&cc->dev);
 }
 
 static int cudaipc_init(void *vctx, const struct dpl_transport_params *p)
@@ -25,20 +43,7 @@ static int cudaipc_init(void *vctx, const struct dpl_transport_params *p)
 }
 
 DPL_EXTERN const struct dpl_transport_ops dpl_transport_cudaipc = {
-	.abi_version = DPL_TRANSPORT_ABI_VERSION,
-	.size = sizeof(struct dpl_transport_ops),
-	.name = "cudaipc",
-	.caps = DPL_TRANSPORT_CAP_PEER_FAILURE,
-	.ctx_size = sizeof(struct ctx),
-	.req_size = sizeof(struct req),
-	.init = cudaipc_init,
-	.fini = dpl__shm_fini,
-	.isend = dpl__shm_isend,
-	.irecv = dpl__shm_irecv,
-	.test = dpl__shm_test,
-	.progress = dpl__shm_progress,
-	.cancel = dpl__shm_cancel,
-	.wait = dpl__shm_wait,
+	DPL__CUDAIPC_TABLE("cudaipc", cudaipc_init),
 };
 
 DPL_TRANSPORT_PLUGIN(dpl_transport_cudaipc);

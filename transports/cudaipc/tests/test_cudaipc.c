@@ -1,7 +1,7 @@
 /*
  * test_cudaipc.c - the CUDA IPC transport's init: without a CUDA device
  * it fails with DPL_ENOENT naming the runtime's error and leaves
- * nothing behind; the table has shm's members and takes host memory.
+ * nothing behind; the table has shm's members and takes device memory.
  */
 #include <string.h>
 
@@ -15,7 +15,7 @@ Test(cudaipc, table)
 	const struct dpl_transport_ops *o = &dpl_transport_cudaipc;
 
 	cr_assert_str_eq(o->name, "cudaipc");
-	cr_assert_eq(o->caps & DPL_TRANSPORT_CAP_MEM_CUDA, 0u);
+	cr_assert_neq(o->caps & DPL_TRANSPORT_CAP_MEM_CUDA, 0u);
 	cr_assert(o->init && o->fini && o->isend && o->irecv && o->test &&
 		  o->progress && o->cancel && o->wait);
 }

@@ -43,6 +43,12 @@
  *    is not permitted, the receiver sets PULL and the sender streams the
  *    message through the ring as DATA frames (two copies).
  *  - PAD fills the end of the ring when a frame does not fit there.
+ *  - DRTS is an RTS of device memory, for a context with a device hook
+ *    (ctx.dev; cudaipc's, NULL here): its payload is the hook's export
+ *    of the buffer; the receiver's hook copies from it and the frame
+ *    stays CLAIMED until that copy is done. Plain shm never sends one
+ *    (its table does not take DPL_MEM_CUDA) and ends one it is sent
+ *    with DPL_EIO on both sides.
  *
  * A send completes when its frame turns DONE, with the receiver's
  * status: a length mismatch is DPL_ETRUNC on both sides and nothing is
@@ -116,7 +122,8 @@ int dpl__shm_cancel(void *vctx, void *vreq)
 				     "that is not pending");
 	p = &c->peer[r->peer];
 	if (r->where == L_POSTED) {
-		/* Matched receives (pulls) finish on their own. */
+		/* Matched receives (pulls, and device copies in flight,
+		 * whose frame is claimed) finish on their own. */
 		l_del(&p->posted, r);
 		finish(c, r, DPL_ECANCELED);
 		return 0;
@@ -152,6 +159,8 @@ static bool anything_new(struct ctx *c)
 
 		if (q == c->rank || p->dead)
 			continue;
+		if (p->copies.head != NULL) /* a device copy to look at */
+			return true;
 		if (atomic_load_explicit(&p->ictl->tail,
 					 memory_order_relaxed) != p->iscan ||
 		    atomic_load_explicit(&p->octl->done,

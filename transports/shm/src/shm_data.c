@@ -122,13 +122,18 @@ int dpl__shm_isend(void *vctx, void *vreq, uint32_t peer, uint64_t tag,
 	struct ctx *c = vctx;
 	struct req *r = vreq;
 	struct peer *p;
-	bool eager = len <= c->eager;
-	uint32_t size = frame_size(eager ? len : 0);
+	/* Device memory (only with a hook: the layer lets DPL_MEM_CUDA
+	 * through only where the table's caps say so) goes as K_DRTS. */
+	bool dev = mem == DPL_MEM_CUDA && c->dev != NULL;
+	bool eager = !dev && len <= c->eager;
+	uint32_t size = frame_size(dev ? DPL__SHM_DEV_BLOCK : eager ? len : 0);
+	unsigned char blk[DPL__SHM_DEV_BLOCK];
 	uint64_t pos;
 	int rc;
 
-	(void)mem; /* host memory: the layer let nothing else through */
 	if ((rc = check_alive(c, peer, "send")) != 0)
+		return rc;
+	if (dev && (rc = c->dev->ops->export(c->dev, buf, len, blk)) != 0)
 		return rc;
 	p = &c->peer[peer];
 	if (dpl__shm_reserve(c, p, size, &pos) != 0) {
@@ -140,10 +145,12 @@ int dpl__shm_isend(void *vctx, void *vreq, uint32_t peer, uint64_t tag,
 			return DPL_EAGAIN;
 	}
 	init_req(r, true, peer, tag, buf, len);
-	dpl__shm_write_frame(c, p, pos, eager ? K_EAGER : K_RTS, size, tag,
-			     len, (uint64_t)(uintptr_t)buf);
+	dpl__shm_write_frame(c, p, pos, dev ? K_DRTS : eager ? K_EAGER : K_RTS,
+			     size, tag, len, (uint64_t)(uintptr_t)buf);
 	if (eager && len > 0)
 		memcpy(p->oring + (pos & c->mask) + FRAME, buf, len);
+	if (dev)
+		memcpy(p->oring + (pos & c->mask) + FRAME, blk, sizeof blk);
 	r->pos = pos;
 	p->shadow[(pos & c->mask) / FRAME] = r;
 	l_push(&p->inflight, r, L_INFLIGHT);
@@ -173,12 +180,32 @@ static bool deliver(struct ctx *c, uint32_t q, uint64_t pos, struct req *r)
 	}
 	if (r->where == L_POSTED)
 		l_del(&p->posted, r);
-	if (f->len != r->len) {
-		st = DPL_ETRUNC;
+	if (f->len != r->len || (f->kind == K_DRTS && c->dev == NULL)) {
+		st = f->len != r->len ? DPL_ETRUNC : DPL_EIO;
+	} else if (f->kind == K_DRTS) {
+		int32_t ev = -1;
+
+		st = c->dev->ops->pull(c->dev, q, (unsigned char *)f + FRAME,
+				       r->buf, r->dmem, r->len, &ev);
+		if (st == 0 && ev >= 0) {
+			/* The frame stays CLAIMED (the sender's buffer is
+			 * still read) until progress sees the event. */
+			r->rts = pos;
+			r->ev = ev;
+			l_push(&p->copies, r, L_COPIES);
+			return true;
+		}
+	} else if (f->kind == K_EAGER && r->dmem) {
+		if (r->len > 0)
+			st = c->dev->ops->h2d(c->dev, r->buf,
+					      (unsigned char *)f + FRAME,
+					      r->len);
 	} else if (f->kind == K_EAGER) {
 		if (r->len > 0)
 			memcpy(r->buf, (unsigned char *)f + FRAME, r->len);
-	} else if (p->cma) {
+	} else if (p->cma && !r->dmem) {
+		/* (process_vm_readv cannot write device memory: a device
+		 * receive of host memory is always streamed.) */
 		st = dpl__shm_cma_read(p, r->buf, f->addr, r->len);
 	} else {
 		/* The sender streams it; DATA frames fill r. */
@@ -269,6 +296,7 @@ static void take_data(struct ctx *c, uint32_t q, uint64_t pos,
 {
 	struct peer *p = &c->peer[q];
 	struct req *r;
+	int st;
 
 	for (r = p->pulls.head; r != NULL; r = r->next)
 		if (r->rts == f->tag)
@@ -277,15 +305,46 @@ static void take_data(struct ctx *c, uint32_t q, uint64_t pos,
 		corrupt(c, q, pos, "DATA for no pending pull");
 		return;
 	}
-	memcpy(r->buf + r->off, (unsigned char *)f + FRAME, f->len);
+	if (r->dmem) {
+		st = c->dev->ops->h2d(c->dev, r->buf + r->off,
+				      (unsigned char *)f + FRAME, f->len);
+
+		if (st != 0) { /* the rest streams on; r ends with st */
+			r->ev = st;
+			r->buf = NULL;
+		}
+	} else if (r->buf != NULL) {
+		memcpy(r->buf + r->off, (unsigned char *)f + FRAME, f->len);
+	}
 	r->off += f->len;
 	if (r->off < r->len) {
 		dpl__shm_frame_finish(p, f, S_RELEASED, 0);
 		return;
 	}
 	l_del(&p->pulls, r);
-	dpl__shm_frame_finish(p, f, S_DONE, 0);
-	finish(c, r, 0);
+	st = r->buf == NULL && r->len > 0 ? r->ev : 0;
+	dpl__shm_frame_finish(p, f, S_DONE, st);
+	finish(c, r, st);
+}
+
+/* With a device hook: finish the receives whose queued copy is done,
+ * marking their RTS frames DONE (which completes the sends). */
+static void poll_copies(struct ctx *c, struct peer *p)
+{
+	struct req *r, *next;
+
+	for (r = p->copies.head; r != NULL; r = next) {
+		int st = c->dev->ops->copy_done(c->dev, r->ev);
+
+		next = r->next;
+		if (st == 0)
+			continue;
+		st = st < 0 ? st : 0;
+		l_del(&p->copies, r);
+		dpl__shm_frame_finish(p, frame_at(p->iring, c->mask, r->rts),
+				      S_DONE, st);
+		finish(c, r, st);
+	}
 }
 
 /* Match the frames that arrived from peer q. */
@@ -296,6 +355,8 @@ void dpl__shm_progress_in(struct ctx *c, uint32_t q)
 					     memory_order_acquire);
 	uint64_t cancels;
 
+	if (p->copies.head != NULL)
+		poll_copies(c, p);
 	if (tail - p->iscan > c->ring) {
 		corrupt(c, q, p->iscan, "tail beyond the ring");
 		return;
@@ -318,7 +379,9 @@ void dpl__shm_progress_in(struct ctx *c, uint32_t q)
 		if (((f->kind == K_EAGER || f->kind == K_DATA) &&
 		     f->len > f->size - FRAME) ||
 		    (f->kind == K_RTS && f->size != FRAME) ||
-		    f->kind < K_EAGER || f->kind > K_PAD) {
+		    (f->kind == K_DRTS &&
+		     f->size != frame_size(DPL__SHM_DEV_BLOCK)) ||
+		    f->kind < K_EAGER || f->kind > K_DRTS) {
 			corrupt(c, q, pos, "bad frame kind or length");
 			return;
 		}
@@ -361,11 +424,11 @@ int dpl__shm_irecv(void *vctx, void *vreq, uint32_t peer, uint64_t tag,
 	uint64_t cur, prev = 0, n = c->ring / FRAME;
 	int rc;
 
-	(void)mem;
 	if ((rc = check_alive(c, peer, "receive")) != 0)
 		return rc;
 	p = &c->peer[peer];
 	init_req(r, false, peer, tag, buf, len);
+	r->dmem = mem == DPL_MEM_CUDA && c->dev != NULL;
 	/* The oldest unexpected message with this tag, if any (at most a
 	 * ring's worth of frames: the chain lives in shared memory). */
 	for (cur = p->uhead; cur && n-- > 0;) {

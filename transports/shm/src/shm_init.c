@@ -413,6 +413,7 @@ void dpl__shm_fini(void *vctx)
 		dpl__shm_fail_list(c, &p->pulls, DPL_ECANCELED);
 		dpl__shm_fail_list(c, &p->inflight, DPL_ECANCELED);
 		dpl__shm_fail_list(c, &p->streams, DPL_ECANCELED);
+		dpl__shm_fail_copies(c, q, DPL_ECANCELED);
 	}
 	teardown(c);
 }

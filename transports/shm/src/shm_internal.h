@@ -126,7 +126,10 @@ int dpl__shm_pid_alive(int pid);
 #define DEFAULT_TIMEOUT_MS 60000u
 #define FINI_CLAIM_WAIT_NS UINT64_C(200000000) /* 200 ms */
 
-enum kind { K_EAGER = 1, K_RTS = 2, K_DATA = 3, K_PAD = 4 };
+/* K_DRTS: an RTS of device memory, its export in the payload
+ * (DPL__SHM_DEV_BLOCK bytes); only a context with a device hook sends
+ * or takes one. */
+enum kind { K_EAGER = 1, K_RTS = 2, K_DATA = 3, K_PAD = 4, K_DRTS = 5 };
 
 enum fstate {
 	S_POSTED = 1,
@@ -152,7 +155,7 @@ struct frame {
 
 _Static_assert(sizeof(struct frame) == FRAME, "frame header is 64 bytes");
 
-enum where { L_NONE, L_POSTED, L_PULLS, L_INFLIGHT, L_STREAMS };
+enum where { L_NONE, L_POSTED, L_PULLS, L_INFLIGHT, L_STREAMS, L_COPIES };
 
 struct req {
 	uint32_t magic;   /* REQ_LIVE while pending */
@@ -166,6 +169,8 @@ struct req {
 	uint64_t pos;     /* frame carrying its completion, or POS_NONE */
 	uint64_t rts;     /* pulls: position of the RTS frame */
 	size_t off;       /* pulls: bytes streamed / received */
+	bool dmem;        /* receive: buf is device memory (hook only) */
+	int32_t ev;       /* copies: the hook's event of its copy */
 	struct req *prev, *next;
 };
 
@@ -192,12 +197,53 @@ struct peer {
 	uint64_t uhead, utail; /* unexpected chain, positions + 1 */
 	struct rlist posted;   /* receives not matched yet */
 	struct rlist pulls;    /* receives filled by DATA frames */
+	struct rlist copies;   /* receives whose device copy is queued */
 	/* Liveness. */
 	int pid;
 	int pidfd;
 	bool cma;
 	int dead;              /* 0, or what requests with it end with */
 	char why[160];
+};
+
+/* Bytes of a K_DRTS payload: the device hook's export of a buffer. */
+#define DPL__SHM_DEV_BLOCK 128u
+
+struct dpl__shm_dev;
+
+/*
+ * The device hook: what a context that takes DPL_MEM_CUDA (cudaipc) adds
+ * to shm's data path. Plain shm has none (ctx.dev is NULL) and never
+ * reaches it. Every member runs on the context's thread and returns 0 or
+ * a negative code with a message set, unless it says otherwise.
+ */
+struct dpl__shm_dev_ops {
+	/* Sender: describe device buffer [buf, buf + len) to a peer in
+	 * `blk` (DPL__SHM_DEV_BLOCK bytes). Blocks only on the runtime. */
+	int (*export)(struct dpl__shm_dev *d, const void *buf, size_t len,
+		      void *blk);
+	/* Receiver: queue the copy of the peer's buffer that `blk`
+	 * describes into dst (device memory when dst_dev, else host), len
+	 * bytes. *ev is the event to watch with copy_done, or -1 when the
+	 * copy already finished. */
+	int (*pull)(struct dpl__shm_dev *d, uint32_t peer, const void *blk,
+		    void *dst, bool dst_dev, size_t len, int32_t *ev);
+	/* Receiver: copy len host bytes into device memory dst; returns
+	 * once the copy finished (src may be reused at once). */
+	int (*h2d)(struct dpl__shm_dev *d, void *dst, const void *src,
+		   size_t len);
+	/* Whether the copy of event ev finished: 1 (ev is returned to the
+	 * pool), 0 not yet, or a negative code (ev returned too). */
+	int (*copy_done)(struct dpl__shm_dev *d, int32_t ev);
+	/* Peer `peer` failed or this context leaves: wait for the copy
+	 * stream, then close every handle opened from that peer. After it
+	 * copy_done of any event returns 1 or an error. Cannot fail. */
+	void (*peer_gone)(struct dpl__shm_dev *d, uint32_t peer);
+};
+
+/* A device hook: its table; the hook's own state follows it. */
+struct dpl__shm_dev {
+	const struct dpl__shm_dev_ops *ops;
 };
 
 struct ctx {
@@ -218,6 +264,7 @@ struct ctx {
 	uint64_t completions;  /* since the last progress */
 	uint32_t ticks;        /* progress calls, for tick_liveness */
 	bool want_cma;
+	struct dpl__shm_dev *dev; /* device hook, NULL for plain shm */
 };
 
 /* ---- small helpers ----------------------------------------------------- */
@@ -334,6 +381,10 @@ int dpl__shm_irecv(void *vctx, void *vreq, uint32_t peer, uint64_t tag,
 
 /* End every request of list l with `code`. */
 void dpl__shm_fail_list(struct ctx *c, struct rlist *l, int code);
+
+/* With a device hook: wait for peer q's queued copies (peer_gone, which
+ * closes its handles) and end them with `code`. No-op without one. */
+void dpl__shm_fail_copies(struct ctx *c, uint32_t q, int code);
 
 /* Mark peer q failed: every request with it ends with `code`; `why`
  * names the reason in later errors of posts to it. */

@@ -30,6 +30,24 @@ void dpl__shm_fail_list(struct ctx *c, struct rlist *l, int code)
 	}
 }
 
+/* With a device hook: wait for peer q's queued copies, close its
+ * handles, end the copies' receives with `code`. */
+void dpl__shm_fail_copies(struct ctx *c, uint32_t q, int code)
+{
+	struct peer *p = &c->peer[q];
+
+	if (c->dev == NULL)
+		return;
+	c->dev->ops->peer_gone(c->dev, q);
+	while (p->copies.head != NULL) {
+		struct req *r = p->copies.head;
+
+		(void)c->dev->ops->copy_done(c->dev, r->ev);
+		l_del(&p->copies, r);
+		finish(c, r, code);
+	}
+}
+
 /* Mark peer q failed: every request with it ends with `code`. */
 void dpl__shm_fail_peer(struct ctx *c, uint32_t q, int code,
 			const char *why)
@@ -45,6 +63,7 @@ void dpl__shm_fail_peer(struct ctx *c, uint32_t q, int code,
 	dpl__shm_fail_list(c, &p->pulls, code);
 	dpl__shm_fail_list(c, &p->inflight, code);
 	dpl__shm_fail_list(c, &p->streams, code);
+	dpl__shm_fail_copies(c, q, code);
 	for (i = 0; i < slots; i++)
 		p->shadow[i] = NULL;
 	p->uhead = p->utail = 0;
