@@ -2,7 +2,9 @@
  * test_memory.c - where buffers live: memory freed and allocated again at
  * the same address carries the new data (registration and mapping caches
  * are invalidated; case 32), and device memory for backends that declare
- * DPL_TRANSPORT_CAP_MEM_CUDA (case 39), reached through the CUDA runtime
+ * DPL_TRANSPORT_CAP_MEM_CUDA (case 39: two ranks, and a ring of four
+ * mixing device and host memory over more allocations than a backend
+ * keeps mapped), reached through the CUDA runtime
  * loaded at run time so that the battery needs no CUDA to build.
  */
 #define _GNU_SOURCE
@@ -213,9 +215,114 @@ static int cuda_probe(void)
 	return n;
 }
 
-Test(cuda, device_memory_message, .timeout = 80)
+/* isend of memory kind `mem`, retried with progress while the backend
+ * pushes back (DPL_EAGAIN), up to the job's deadline; 0 or the error. */
+static int post_send(struct tj_rank *rk, void *req, uint32_t peer,
+		     uint64_t tag, const void *buf, size_t len, uint32_t mem)
 {
-	struct conf_job job = {.size = 2, .fn = cuda_rank, .deadline_s = 60};
+	struct tj_idle id = {0, 0};
+	int rc;
+
+	while ((rc = dpl_transport_isend(rk->t, req, peer, tag, buf, len,
+					 mem)) == DPL_EAGAIN)
+		tj_idle(rk, &id, "isend pushed back");
+	return conf_check_code(rk, rc, "isend");
+}
+
+/*
+ * Four ranks in a ring, each sending to the next and receiving from the
+ * one before, RING_ROUNDS rounds: round k sends from allocation k of
+ * RING_ALLOCS (more than a transport would keep mapped, so that mappings
+ * are dropped and made again), at an offset in it, 8 bytes, 64 KiB or
+ * 1 MiB; into device memory on even rounds and host memory on odd ones;
+ * every fifth round the send is from host memory into a device receive.
+ */
+#define RING_ALLOCS 40
+#define RING_ROUNDS 48
+#define RING_ALLOC_LEN (1u << 21)
+#define RING_OFFSET 4096u
+
+static size_t ring_len(unsigned k)
+{
+	static const size_t lens[3] = {8, 64u << 10, 1u << 20};
+
+	return lens[k % 3];
+}
+
+static void cuda_ring_rank(struct tj_rank *rk)
+{
+	struct cudart c;
+	unsigned char *host = tj_alloc(rk, RING_ALLOC_LEN);
+	unsigned char *hrecv = tj_alloc(rk, RING_ALLOC_LEN);
+	void *dev[RING_ALLOCS] = {0}, *drecv = NULL, *rq = tj_reqs(rk, 2);
+	uint32_t next = (rk->rank + 1) % rk->size;
+	uint32_t prev = (rk->rank + rk->size - 1) % rk->size;
+	char why[256];
+	unsigned k;
+	int rc, n = 0;
+
+	TJ_CHECK(rk, cudart_load(&c, why, sizeof why), "%s", why);
+	TJ_CHECK(rk, c.get_device_count(&n) == 0 && n > 0,
+		 "no CUDA device in the rank");
+	TJ_CHECK(rk, c.set_device((int)rk->rank % n) == 0, "cudaSetDevice");
+	for (k = 0; k < RING_ALLOCS; k++) {
+		rc = c.malloc_(&dev[k], RING_ALLOC_LEN);
+		TJ_CHECK(rk, rc == 0, "cudaMalloc %u: %s", k,
+			 c.error_string(rc));
+	}
+	rc = c.malloc_(&drecv, RING_ALLOC_LEN);
+	TJ_CHECK(rk, rc == 0, "cudaMalloc: %s", c.error_string(rc));
+	for (k = 0; k < RING_ROUNDS; k++) {
+		size_t len = ring_len(k);
+		bool host_send = k % 5 == 4, dev_recv = k % 2 == 0 || host_send;
+		unsigned char *src = (unsigned char *)dev[k % RING_ALLOCS] +
+				     RING_OFFSET;
+		void *dst = dev_recv ? drecv : hrecv;
+		uint32_t seed = 4000 + 64 * k + rk->rank;
+
+		tj_step(rk, "round %u: %zu bytes, %s to %s", k, len,
+			host_send ? "host" : "device",
+			dev_recv ? "device" : "host");
+		tj_fill(host, len, seed);
+		if (!host_send)
+			TJ_CHECK(rk, c.memcpy_(src, host, len, CUDA_H2D) == 0,
+				 "cudaMemcpy to the device");
+		rc = dpl_transport_irecv(rk->t, tj_req(rk, rq, 0), prev, k,
+					 dst, len, dev_recv ? DPL_MEM_CUDA
+							    : DPL_MEM_HOST);
+		TJ_CHECK(rk, rc == 0, "round %u: irecv: %s (%s)", k,
+			 dpl_err_name(rc), dpl_last_error());
+		rc = post_send(rk, tj_req(rk, rq, 1), next, k,
+				    host_send ? (void *)host : (void *)src,
+				    len, host_send ? DPL_MEM_HOST
+						   : DPL_MEM_CUDA);
+		TJ_CHECK(rk, rc == 0, "round %u: isend: %s (%s)", k,
+			 dpl_err_name(rc), dpl_last_error());
+		rc = tj_wait(rk, tj_req(rk, rq, 0), 0, "a ring receive");
+		TJ_CHECK(rk, rc == 0, "round %u: receive: %s", k,
+			 dpl_err_name(rc));
+		rc = tj_wait(rk, tj_req(rk, rq, 1), 0, "a ring send");
+		TJ_CHECK(rk, rc == 0, "round %u: send: %s", k,
+			 dpl_err_name(rc));
+		if (dev_recv)
+			TJ_CHECK(rk, c.memcpy_(hrecv, drecv, len, CUDA_D2H) ==
+					     0,
+				 "cudaMemcpy from the device");
+		TJ_CHECK(rk, tj_verify(hrecv, len, 4000 + 64 * k + prev) < 0,
+			 "round %u: %zu bytes from rank %u (%s to %s) "
+			 "arrived different", k, len, prev,
+			 host_send ? "host" : "device",
+			 dev_recv ? "device" : "host");
+	}
+	tj_barrier(rk);
+	for (k = 0; k < RING_ALLOCS; k++)
+		c.free_(dev[k]);
+	c.free_(drecv);
+}
+
+/* Skip unless the backend takes device memory and a GPU is there. */
+static void require_cuda(void)
+{
 	struct cudart c;
 	char why[256];
 	int n;
@@ -229,5 +336,21 @@ Test(cuda, device_memory_message, .timeout = 80)
 	if (n <= 0)
 		cr_skip_test("no CUDA device (cudaGetDeviceCount: %d %s)", -n,
 			     n < 0 ? c.error_string(-n) : "0 devices");
+}
+
+Test(cuda, device_memory_message, .timeout = 80)
+{
+	struct conf_job job = {.size = 2, .fn = cuda_rank, .deadline_s = 60};
+
+	require_cuda();
+	conf_run(&job);
+}
+
+Test(cuda, device_memory_ring_of_four, .timeout = 120)
+{
+	struct conf_job job = {.size = 4, .fn = cuda_ring_rank,
+			       .deadline_s = 100};
+
+	require_cuda();
 	conf_run(&job);
 }
