@@ -197,9 +197,11 @@ int train_rank_setup(struct train_rank *k, const struct dpl_oob *oob)
 		tp.world = J->world_name;
 	tp.timeout_ms = J->procs ? timeout_ms : 0;
 	tp.options = J->o.transport_options;
-	rc = dpl_transport_open(J->tops, &tp, &k->t);
+	/* The device first: a GPU rank's CUDA context is then its own
+	 * device's when the transport's init makes one (cudaipc's probe). */
+	rc = open_device(k);
 	if (rc == 0)
-		rc = open_device(k);
+		rc = dpl_transport_open(J->tops, &tp, &k->t);
 	if (rc == 0)
 		rc = make_model(k);
 	if (rc == 0) {

@@ -1,8 +1,9 @@
 /*
  * cudaipc.c - the CUDA IPC transport's table: shm's members (its
  * sources are built into this library too, without shm's table), an init
- * that first asks the seam for a CUDA device and then sets up the device
- * hook (cudaipc_dev.c), and a fini that closes it.
+ * that first asks the seam for a CUDA device, then is shm's, then checks
+ * that the platform allows CUDA IPC (cudaipc_probe.c) and sets up the
+ * device hook (cudaipc_dev.c), and a fini that closes it.
  */
 #include <dpl/backend.h>
 #include <dpl/transport_cudaipc.h>
@@ -22,6 +23,14 @@ int dpl__cudaipc_init_with(const struct dpl__cudaipc_seam *seam, void *vctx,
 		return rc;
 	rc = dpl__shm_init(&cc->shm, p);
 	if (rc) {
+		dpl__cudaipc_dev_fini(&cc->dev);
+		return rc;
+	}
+	/* Collective like shm's init: every rank gets here or failed in
+	 * one of shm's agreements, which fail everyone. */
+	rc = dpl__cudaipc_probe_ipc(seam, p);
+	if (rc) {
+		dpl__shm_fini(&cc->shm);
 		dpl__cudaipc_dev_fini(&cc->dev);
 		return rc;
 	}

@@ -188,6 +188,18 @@ static int cuda_stream_sync(void *s)
 	return e == cudaSuccess ? 0 : cuda_err("cudaStreamSynchronize", e);
 }
 
+static int cuda_probe_alloc(size_t bytes, void **buf)
+{
+	cudaError_t e = cudaMalloc(buf, bytes);
+
+	return e == cudaSuccess ? 0 : cuda_err("cudaMalloc", e);
+}
+
+static void cuda_probe_free(void *buf)
+{
+	cudaFree(buf);
+}
+
 const struct dpl__cudaipc_seam dpl__cudaipc_cuda = {
 	.probe = cuda_probe,
 	.setup = cuda_setup,
@@ -199,4 +211,6 @@ const struct dpl__cudaipc_seam dpl__cudaipc_cuda = {
 	.event_record = cuda_event_record,
 	.event_query = cuda_event_query,
 	.stream_sync = cuda_stream_sync,
+	.probe_alloc = cuda_probe_alloc,
+	.probe_free = cuda_probe_free,
 };

@@ -66,6 +66,10 @@ struct dpl__cudaipc_seam {
 	int (*event_query)(void *ev);
 	/* Wait until everything queued on s is done. */
 	int (*stream_sync)(void *s);
+	/* Allocate / free `bytes` of device memory for init's probe
+	 * (cudaMalloc on the current device: it makes its context). */
+	int (*probe_alloc)(size_t bytes, void **buf);
+	void (*probe_free)(void *buf);
 };
 
 /* The CUDA runtime's seam (cudaipc_cuda.c). */
@@ -108,8 +112,18 @@ int dpl__cudaipc_dev_init(struct dpl__cudaipc_dev *d,
 /* Close every handle, destroy the stream and events. */
 void dpl__cudaipc_dev_fini(struct dpl__cudaipc_dev *d);
 
-/* init through `seam`: the probe, shm's init, then the hook. */
+/* init through `seam`: the device probe, shm's init, the IPC probe,
+ * then the hook. */
 int dpl__cudaipc_init_with(const struct dpl__cudaipc_seam *seam, void *vctx,
+			   const struct dpl_transport_params *p);
+
+/*
+ * dpl__cudaipc_probe_ipc - init's collective check that CUDA IPC works
+ * between the ranks (cudaipc_probe.c): each exports a probe buffer and
+ * opens the next rank's. 0, or on every rank the same error naming the
+ * first rank that could not, and why. A world of one returns 0 at once.
+ */
+int dpl__cudaipc_probe_ipc(const struct dpl__cudaipc_seam *seam,
 			   const struct dpl_transport_params *p);
 
 /* The fini member: shm's fini, then the hook's. */

@@ -257,6 +257,12 @@ static int f_stream_sync(void *s)
 	return 0;
 }
 
+static int f_probe_alloc(size_t bytes, void **buf)
+{
+	*buf = fake_dev_alloc(bytes);
+	return *buf ? 0 : dpl_set_error(DPL_ENOMEM, "fake seam: full");
+}
+
 const struct dpl__cudaipc_seam fake_seam = {
 	.probe = f_probe,
 	.setup = f_setup,
@@ -268,6 +274,8 @@ const struct dpl__cudaipc_seam fake_seam = {
 	.event_record = f_event_record,
 	.event_query = f_event_query,
 	.stream_sync = f_stream_sync,
+	.probe_alloc = f_probe_alloc,
+	.probe_free = fake_dev_free,
 };
 
 static int fake_init(void *vctx, const struct dpl_transport_params *p)

@@ -5,7 +5,8 @@
  * larger than the ring; several in flight of one tag, matched in order;
  * DPL_ETRUNC both ways with nothing copied; each allocation opened once;
  * fini leaving no handle open; a killed peer giving DPL_EPEER with its
- * handles closed; an open the platform refuses failing both sides with
+ * handles closed; a platform that refuses IPC failing init on every rank
+ * with one message; an open refused later failing both sides with
  * DPL_EIO and a message that says what was refused; no segment left in
  * /dev/shm.
  */
@@ -81,6 +82,7 @@ static void transfer_rank(struct tj_rank *rk)
 	unsigned char *buf;
 	void *rq = tj_reqs(rk, NMSG);
 	int st[NMSG], rc;
+	int opens = fake_total_opens(); /* init's probe opened one */
 
 	TJ_CHECK(rk, segments_of_me() == 0, "a segment left after init");
 	buf = dev ? fake_dev_alloc(total) : tj_alloc(rk, total);
@@ -117,8 +119,9 @@ static void transfer_rank(struct tj_rank *rk)
 				 "at %lld", k, sizes[k / REPS], at);
 		}
 	if (!sender)
-		TJ_CHECK(rk, fake_total_opens() == ((v & 1) ? 1 : 0),
-			 "%d opens of one allocation", fake_total_opens());
+		TJ_CHECK(rk, fake_total_opens() - opens == ((v & 1) ? 1 : 0),
+			 "%d opens of one allocation",
+			 fake_total_opens() - opens);
 	tj_barrier(rk);
 	tj_close(rk);
 	TJ_CHECK(rk, fake_live_opens() == 0, "%d handles open after fini",
@@ -282,4 +285,43 @@ static void refused_rank(struct tj_rank *rk)
 Test(cudaipc_dev, refused_open_fails_both_sides)
 {
 	run_pair(refused_rank, NULL, 0);
+}
+
+/* The platform refuses CUDA IPC from the start: init fails on both ranks
+ * (only rank 1 is refused) with DPL_EIO and one message naming rank 1,
+ * what it could not map and the CUDA error; nothing stays open, no
+ * segment is left, and a later init that is allowed succeeds. */
+static void refused_init_rank(struct tj_rank *rk)
+{
+	int rc;
+
+	if (rk->rank == 1)
+		fake_refuse_opens(1);
+	rc = tj_open(rk, &fake_cudaipc, NULL, 0);
+	TJ_CHECK(rk, rc == DPL_EIO && rk->t == NULL, "init: %d", rc);
+	TJ_CHECK(rk, strstr(dpl_last_error(), "transport cudaipc: CUDA IPC "
+			    "is refused here: rank 1 cannot map rank 0's "
+			    "device buffer (fake seam: open refused)") !=
+			     NULL,
+		 "message: %s", dpl_last_error());
+	TJ_CHECK(rk, fake_live_opens() == 0, "%d open", fake_live_opens());
+	TJ_CHECK(rk, segments_of_me() == 0, "a segment left");
+	fake_refuse_opens(0);
+	tj_barrier(rk);
+	rc = tj_open(rk, &fake_cudaipc, NULL, 0);
+	TJ_CHECK(rk, rc == 0, "init allowed: %d %s", rc, dpl_last_error());
+	tj_close(rk);
+}
+
+Test(cudaipc_dev, refused_ipc_fails_init_everywhere)
+{
+	struct tj_job job = {0};
+
+	job.size = 2;
+	job.mode = TJ_PROCESSES;
+	job.meet_kind = TJ_MEET_BOOTSTRAP;
+	job.fn = refused_init_rank;
+	job.deadline_ms = 30000;
+	cr_assert_eq(tj_job_run(&job), 0, "%s", job.report);
+	tj_job_free(&job);
 }

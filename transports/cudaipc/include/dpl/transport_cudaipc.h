@@ -18,9 +18,10 @@
  * DPL_ETRUNC (both sides, nothing copied) are shm's; a receive whose
  * copy is queued cannot be cancelled (cancel returns 0 and it
  * completes). A device buffer the runtime cannot export fails isend
- * with DPL_EINVAL or DPL_EIO. A handle the receiver cannot open (a
- * platform that refuses CUDA IPC) ends both requests with DPL_EIO, the
- * receiver's message naming the sender and the CUDA error. The copies
+ * with DPL_EINVAL or DPL_EIO. A handle the receiver cannot open later
+ * (ranks that init's check did not pair: GPUs without peer access) ends
+ * both requests with DPL_EIO, the receiver's message naming the sender
+ * and the CUDA error. The copies
  * run on a stream made at the first one, on the device current then
  * (the receiving thread's: set it before posting device receives).
  * README.md says what has not run on a GPU.
@@ -32,9 +33,15 @@
  * for a device. Without one it fails with DPL_ENOENT and a message
  * naming the runtime's error (cudaErrorNoDevice or
  * cudaErrorInsufficientDriver), as dpl_device_cuda does, before any
- * shared memory exists; another CUDA error is DPL_EIO naming it. It
- * creates no CUDA context. Then init is shm's (segments, the out-of-band
- * agreement). fini (which also waits for
+ * shared memory exists; another CUDA error is DPL_EIO naming it. Then
+ * init is shm's (segments, the out-of-band agreement), then, with more
+ * than one rank, a collective check that the platform allows CUDA IPC:
+ * each rank allocates 4 KiB of device memory (making the CUDA context of
+ * the device current then: set the rank's device before opening, as for
+ * NCCL), exports it and maps the next rank's; where any rank cannot,
+ * init fails on every rank with DPL_EIO (or the CUDA call's code) and
+ * one message naming that rank, what it could not map and the CUDA
+ * error, and nothing is left. fini (which also waits for
  * queued copies and closes the handles it opened), isend,
  * irecv, test, progress, cancel and wait are shm's: see
  * dpl/transport_shm.h for their blocking, thread and error rules.
