@@ -92,10 +92,9 @@ static int driver_fn(const char *name, void **fn)
 	return 0;
 }
 
-static int cuda_export(const void *ptr, struct dpl__cudaipc_export *out)
+static int cuda_locate(const void *ptr, struct dpl__cudaipc_export *out)
 {
 	struct cudaPointerAttributes a;
-	cudaIpcMemHandle_t h;
 	CUdeviceptr base = 0;
 	size_t size = 0;
 	unsigned long long id = 0;
@@ -124,14 +123,21 @@ static int cuda_export(const void *ptr, struct dpl__cudaipc_export *out)
 		return dpl_set_error(DPL_EIO, "transport cudaipc: the "
 				     "allocation of a device buffer is not "
 				     "known to the driver");
-	e = cudaIpcGetMemHandle(&h, (void *)base);
+	out->offset = (uint64_t)((CUdeviceptr)ptr - base);
+	out->size = size;
+	out->id = id;
+	return 0;
+}
+
+static int cuda_handle(const void *base, struct dpl__cudaipc_export *out)
+{
+	cudaIpcMemHandle_t h;
+	cudaError_t e = cudaIpcGetMemHandle(&h, (void *)base);
+
 	if (e != cudaSuccess)
 		return cuda_err("cudaIpcGetMemHandle", e);
 	_Static_assert(sizeof h == DPL__CUDAIPC_HANDLE, "IPC handle size");
 	memcpy(out->handle, &h, sizeof h);
-	out->offset = (uint64_t)((CUdeviceptr)ptr - base);
-	out->size = size;
-	out->id = id;
 	return 0;
 }
 
@@ -204,7 +210,8 @@ const struct dpl__cudaipc_seam dpl__cudaipc_cuda = {
 	.probe = cuda_probe,
 	.setup = cuda_setup,
 	.teardown = cuda_teardown,
-	.export = cuda_export,
+	.locate = cuda_locate,
+	.handle = cuda_handle,
 	.open = cuda_open,
 	.close = cuda_close,
 	.copy_async = cuda_copy_async,

@@ -1,7 +1,9 @@
 /*
  * cudaipc_dev.c - the CUDA IPC transport's device hook on shm's data
  * path (struct dpl__shm_dev_ops, shm_internal.h). A send of device
- * memory exports its allocation into a K_DRTS frame; the receiver opens
+ * memory exports its allocation into a K_DRTS frame (each allocation's
+ * handle asked for once and kept, at most DPL__CUDAIPC_CACHE of them,
+ * the allocation found again by its id on every send); the receiver opens
  * the handle once per (peer, allocation), keeping at most
  * DPL__CUDAIPC_CACHE of them (the least recently used is closed first,
  * after a stream_sync, since a queued copy may still read it), queues
@@ -51,6 +53,48 @@ static int sync_all(struct dpl__cudaipc_dev *d)
 	return d->made ? d->seam->stream_sync(d->stream) : 0;
 }
 
+int dpl__cudaipc_export_of(const struct dpl__cudaipc_seam *seam,
+			   const void *ptr, struct dpl__cudaipc_export *out)
+{
+	int rc = seam->locate(ptr, out);
+
+	return rc ? rc : seam->handle((const unsigned char *)ptr -
+					      out->offset, out);
+}
+
+/* The handle of allocation x (base at `base`): kept from an earlier send
+ * of it, or asked for now and kept (in place of the least recently
+ * used). */
+static int my_handle(struct dpl__cudaipc_dev *d, uintptr_t base,
+		     struct dpl__cudaipc_export *x)
+{
+	struct dpl__cudaipc_mine *e, *victim = NULL;
+	unsigned i;
+	int rc;
+
+	d->clock++;
+	for (i = 0; i < DPL__CUDAIPC_CACHE; i++) {
+		e = &d->mine[i];
+		if (e->id == x->id && e->size == x->size && e->base == base &&
+		    e->id != 0) {
+			e->used = d->clock;
+			memcpy(x->handle, e->handle, sizeof x->handle);
+			return 0;
+		}
+		if (victim == NULL || e->id == 0 ||
+		    (victim->id != 0 && e->used < victim->used))
+			victim = e;
+	}
+	if ((rc = d->seam->handle((const void *)base, x)) != 0)
+		return rc;
+	victim->id = x->id;
+	victim->size = x->size;
+	victim->base = base;
+	victim->used = d->clock;
+	memcpy(victim->handle, x->handle, sizeof victim->handle);
+	return 0;
+}
+
 static int dev_export(struct dpl__shm_dev *h, const void *buf, size_t len,
 		      void *blk)
 {
@@ -59,13 +103,19 @@ static int dev_export(struct dpl__shm_dev *h, const void *buf, size_t len,
 	int rc;
 
 	memset(&x, 0, sizeof x);
-	rc = d->seam->export(buf, &x);
+	rc = d->seam->locate(buf, &x);
 	if (rc)
 		return rc;
 	if (x.offset > x.size || len > x.size - x.offset)
 		return dpl_set_error(DPL_EINVAL, "transport cudaipc: send of "
 				     "%zu bytes runs past its allocation",
 				     len);
+	/* An id of 0 is never kept: such an allocation is asked each time. */
+	rc = x.id == 0 ? d->seam->handle((const unsigned char *)buf - x.offset,
+					 &x)
+		       : my_handle(d, (uintptr_t)buf - x.offset, &x);
+	if (rc)
+		return rc;
 	memcpy(blk, &x, sizeof x);
 	return 0;
 }

@@ -50,8 +50,13 @@ struct dpl__cudaipc_seam {
 	int (*setup)(void **s, void **ev, unsigned n);
 	/* Destroy what setup created (after a stream_sync). */
 	void (*teardown)(void *s, void **ev, unsigned n);
-	/* Describe the allocation holding ptr: handle, offset, size, id. */
-	int (*export)(const void *ptr, struct dpl__cudaipc_export *out);
+	/* Find the device allocation holding ptr: out's offset (of ptr in
+	 * it), size and id (unique to the allocation in this process, so a
+	 * reused address has another); cheap, called on every send. */
+	int (*locate)(const void *ptr, struct dpl__cudaipc_export *out);
+	/* The IPC handle of the allocation starting at base, into
+	 * out->handle; dearer: the hook keeps what it returned. */
+	int (*handle)(const void *base, struct dpl__cudaipc_export *out);
 	/* Open a peer's handle (x->handle, of x->size bytes): *base is
 	 * where its allocation is mapped here. */
 	int (*open)(const struct dpl__cudaipc_export *x, void **base);
@@ -85,6 +90,14 @@ struct dpl__cudaipc_open {
 	unsigned char handle[DPL__CUDAIPC_HANDLE];
 };
 
+/* One of this rank's own allocations whose handle was asked for. */
+struct dpl__cudaipc_mine {
+	uint64_t id, size; /* 0: the entry is free */
+	uint64_t used;
+	uintptr_t base;
+	unsigned char handle[DPL__CUDAIPC_HANDLE];
+};
+
 /* The hook's state: shm's hook first, then the CUDA objects. */
 struct dpl__cudaipc_dev {
 	struct dpl__shm_dev hook;
@@ -96,7 +109,13 @@ struct dpl__cudaipc_dev {
 	uint32_t nfree;
 	uint64_t clock;
 	struct dpl__cudaipc_open cache[DPL__CUDAIPC_CACHE];
+	struct dpl__cudaipc_mine mine[DPL__CUDAIPC_CACHE];
 };
+
+/* The export of device buffer ptr (locate, then handle) without the
+ * cache, for init's probe; 0 or the seam's error. */
+int dpl__cudaipc_export_of(const struct dpl__cudaipc_seam *seam,
+			   const void *ptr, struct dpl__cudaipc_export *out);
 
 /* A cudaipc context: shm's, then the hook. */
 struct dpl__cudaipc_ctx {

@@ -69,7 +69,7 @@ int dpl__cudaipc_probe_ipc(const struct dpl__cudaipc_seam *seam,
 	if (all == NULL || verdicts == NULL)
 		mine.rc = dpl_set_error(DPL_ENOMEM, "out of memory");
 	else if ((mine.rc = seam->probe_alloc(PROBE_BYTES, &buf)) == 0)
-		mine.rc = seam->export(buf, &mine.x);
+		mine.rc = dpl__cudaipc_export_of(seam, buf, &mine.x);
 	memset(&v, 0, sizeof v);
 	if (mine.rc != 0) {
 		v.rc = mine.rc;

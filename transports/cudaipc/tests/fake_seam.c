@@ -45,7 +45,7 @@ struct event {
 
 static struct alloc allocs[NALLOC];
 static uint64_t next_id = 1;
-static int live, total, refuse;
+static int live, total, refuse, handles;
 static struct event events[DPL__CUDAIPC_EVENTS];
 static struct copy queue[NQUEUE];
 static size_t queued, done; /* copies queued and carried out, in all */
@@ -144,10 +144,9 @@ static void f_teardown(void *s, void **ev, unsigned n)
 	(void)n;
 }
 
-static int f_export(const void *ptr, struct dpl__cudaipc_export *out)
+static int f_locate(const void *ptr, struct dpl__cudaipc_export *out)
 {
 	const unsigned char *b = ptr;
-	struct handle h;
 	unsigned i;
 
 	for (i = 0; i < NALLOC; i++) {
@@ -156,18 +155,39 @@ static int f_export(const void *ptr, struct dpl__cudaipc_export *out)
 		if (a->base == NULL || b < a->base ||
 		    b > a->base + a->size)
 			continue;
-		h.pid = (int32_t)getpid();
-		h.fd = a->fd;
-		h.size = a->size;
-		h.id = a->id;
-		memset(out, 0, sizeof *out);
-		memcpy(out->handle, &h, sizeof h);
 		out->offset = (uint64_t)(b - a->base);
 		out->size = a->size;
 		out->id = a->id;
 		return 0;
 	}
 	return dpl_set_error(DPL_EINVAL, "fake seam: not fake device memory");
+}
+
+static int f_handle(const void *base, struct dpl__cudaipc_export *out)
+{
+	struct handle h;
+	unsigned i;
+
+	for (i = 0; i < NALLOC; i++) {
+		struct alloc *a = &allocs[i];
+
+		if (a->base == NULL || a->base != base)
+			continue;
+		h.pid = (int32_t)getpid();
+		h.fd = a->fd;
+		h.size = a->size;
+		h.id = a->id;
+		memcpy(out->handle, &h, sizeof h);
+		handles++;
+		return 0;
+	}
+	return dpl_set_error(DPL_EINVAL, "fake seam: no allocation at %p",
+			     base);
+}
+
+int fake_handles(void)
+{
+	return handles;
 }
 
 void fake_refuse_opens(int on)
@@ -267,7 +287,8 @@ const struct dpl__cudaipc_seam fake_seam = {
 	.probe = f_probe,
 	.setup = f_setup,
 	.teardown = f_teardown,
-	.export = f_export,
+	.locate = f_locate,
+	.handle = f_handle,
 	.open = f_open,
 	.close = f_close,
 	.copy_async = f_copy_async,

@@ -26,6 +26,9 @@ void fake_dev_free(void *p);
  * platform refuses CUDA IPC; 0 allows them again. */
 void fake_refuse_opens(int on);
 
+/* Handles this process was asked for (its own allocations'), in all. */
+int fake_handles(void);
+
 /* Handles open now; handles opened in all. */
 int fake_live_opens(void);
 int fake_total_opens(void);

@@ -83,6 +83,7 @@ static void transfer_rank(struct tj_rank *rk)
 	void *rq = tj_reqs(rk, NMSG);
 	int st[NMSG], rc;
 	int opens = fake_total_opens(); /* init's probe opened one */
+	int handles = fake_handles();   /* and asked for one */
 
 	TJ_CHECK(rk, segments_of_me() == 0, "a segment left after init");
 	buf = dev ? fake_dev_alloc(total) : tj_alloc(rk, total);
@@ -118,6 +119,12 @@ static void transfer_rank(struct tj_rank *rk)
 			TJ_CHECK(rk, at < 0, "message %zu (size %zu) differs "
 				 "at %lld", k, sizes[k / REPS], at);
 		}
+	/* The sender asked for its allocation's handle once, for all of
+	 * its device messages. */
+	if (sender)
+		TJ_CHECK(rk, fake_handles() - handles == ((v & 1) ? 1 : 0),
+			 "%d handles asked for one allocation",
+			 fake_handles() - handles);
 	if (!sender)
 		TJ_CHECK(rk, fake_total_opens() - opens == ((v & 1) ? 1 : 0),
 			 "%d opens of one allocation",
@@ -324,4 +331,55 @@ Test(cudaipc_dev, refused_ipc_fails_init_everywhere)
 	job.deadline_ms = 30000;
 	cr_assert_eq(tj_job_run(&job), 0, "%s", job.report);
 	tj_job_free(&job);
+}
+
+/* The sender frees its device buffer and allocates another, most often
+ * at the same address: the new allocation's bytes arrive, not the old
+ * one's, because both sides know it by its id (the sender asks for its
+ * handle again, the receiver opens that). */
+static void reuse_rank(struct tj_rank *rk)
+{
+	unsigned char *d = fake_dev_alloc(8192), *old = d;
+	void *rq = tj_reqs(rk, 1);
+	int handles = fake_handles(), opens = fake_total_opens(), rc;
+	unsigned round;
+
+	for (round = 0; round < 2; round++) {
+		TJ_CHECK(rk, d != NULL, "alloc");
+		if (rk->rank == 0) {
+			tj_fill(d, 8192, 70 + round);
+			rc = dpl_transport_isend(rk->t, rq, 1, round, d, 8192,
+						 DPL_MEM_CUDA);
+		} else {
+			rc = dpl_transport_irecv(rk->t, rq, 0, round, d, 8192,
+						 DPL_MEM_CUDA);
+		}
+		rc = rc ? rc : tj_wait(rk, rq, 0, "reuse");
+		TJ_CHECK(rk, rc == 0, "round %u: %d", round, rc);
+		if (rk->rank == 1)
+			TJ_CHECK(rk, tj_verify(d, 8192, 70 + round) < 0,
+				 "round %u: the old allocation's bytes",
+				 round);
+		tj_barrier(rk);
+		if (round == 0 && rk->rank == 0) {
+			fake_dev_free(d);
+			d = fake_dev_alloc(8192);
+			tj_note(rk, "the new allocation is %s the old address",
+				d == old ? "at" : "not at");
+		}
+	}
+	if (rk->rank == 0)
+		TJ_CHECK(rk, fake_handles() - handles == 2, "%d handles",
+			 fake_handles() - handles);
+	else
+		TJ_CHECK(rk, fake_total_opens() - opens == 2, "%d opens",
+			 fake_total_opens() - opens);
+	tj_barrier(rk);
+	tj_close(rk);
+	fake_dev_free(d);
+}
+
+Test(cudaipc_dev, reallocated_buffer_is_a_new_allocation)
+{
+	run_pair(reuse_rank, NULL, 0);
 }
