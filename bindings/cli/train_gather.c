@@ -252,6 +252,17 @@ static int wait_all(struct train_rank *k, struct xreq *x, size_t n,
 	}
 }
 
+/* Whether a request of x[0..n) is still live. */
+static bool any_live(const struct xreq *x, size_t n)
+{
+	size_t i;
+
+	for (i = 0; i < n; i++)
+		if (x[i].live)
+			return true;
+	return false;
+}
+
 /* A post with peer q was refused with rc: say so in k->msg; q. */
 static uint32_t refused(struct train_rank *k, uint32_t q, const char *what,
 			int rc)
@@ -456,11 +467,14 @@ int train_gather(struct train_rank *k, struct train_result *R,
 			who = refused(k, q, "ending with", rc);
 	}
 	if (rc == 0) {
-		rc = wait_all(k, x, J->world, J->world, deadline,
-			      "ending with", &who);
 		/* Every result is in. A rank that got its ACK may close before
 		 * this side sees the send complete: that is the end, not a
-		 * failure. */
+		 * failure, and the other acks are still waited for (closing
+		 * now would cancel those not read yet). */
+		do
+			rc = wait_all(k, x, J->world, J->world, deadline,
+				      "ending with", &who);
+		while (rc == DPL_EPEER && any_live(x, J->world));
 		if (rc == DPL_EPEER) {
 			rc = 0;
 			k->msg[0] = '\0';

@@ -69,6 +69,24 @@ void dpl__shm_fail_peer(struct ctx *c, uint32_t q, int code,
 	p->uhead = p->utail = 0;
 }
 
+/*
+ * Peer q is gone (left, died, or silent too long): first take what it
+ * finished before it went (frames it published, sends of ours it marked
+ * done: a peer that received our last message and left at once must not
+ * turn that send into a failure), then fail the rest. The frames live in
+ * our own mappings; what needs the peer's process (a pull, a stream)
+ * fails as it would have.
+ */
+static void gone(struct ctx *c, uint32_t q, const char *why)
+{
+	struct peer *p = &c->peer[q];
+
+	dpl__shm_progress_in(c, q);
+	if (!p->dead)
+		dpl__shm_complete_sends(c, p);
+	dpl__shm_fail_peer(c, q, DPL_EPEER, why);
+}
+
 /* Look at every peer's flags, heartbeat and process. */
 void dpl__shm_check_liveness(struct ctx *c, uint64_t now)
 {
@@ -86,7 +104,7 @@ void dpl__shm_check_liveness(struct ctx *c, uint64_t now)
 					 memory_order_acquire)) {
 			snprintf(why, sizeof why, "rank %u left the job "
 				 "(fini)", q);
-			dpl__shm_fail_peer(c, q, DPL_EPEER, why);
+			gone(c, q, why);
 		}
 	if (c->npfd > 0 && poll(c->pfd, c->npfd, 0) > 0)
 		for (i = 0; i < c->npfd; i++)
@@ -94,7 +112,7 @@ void dpl__shm_check_liveness(struct ctx *c, uint64_t now)
 				q = c->pfd_rank[i];
 				snprintf(why, sizeof why, "rank %u (pid %d) "
 					 "died", q, c->peer[q].pid);
-				dpl__shm_fail_peer(c, q, DPL_EPEER, why);
+				gone(c, q, why);
 				c->pfd[i].fd = -c->pfd[i].fd - 1; /* ignore */
 			}
 	for (q = 0; q < c->world; q++) {
@@ -106,7 +124,7 @@ void dpl__shm_check_liveness(struct ctx *c, uint64_t now)
 		if (p->pidfd < 0 && !dpl__shm_pid_alive(p->pid)) {
 			snprintf(why, sizeof why, "rank %u (pid %d) died", q,
 				 p->pid);
-			dpl__shm_fail_peer(c, q, DPL_EPEER, why);
+			gone(c, q, why);
 			continue;
 		}
 		hb = atomic_load_explicit(&p->hdr->heartbeat_ns,
@@ -114,7 +132,7 @@ void dpl__shm_check_liveness(struct ctx *c, uint64_t now)
 		if (now > hb && now - hb > c->liveness_ns) {
 			snprintf(why, sizeof why, "rank %u silent for %" PRIu64
 				 " ms", q, (now - hb) / 1000000u);
-			dpl__shm_fail_peer(c, q, DPL_EPEER, why);
+			gone(c, q, why);
 		}
 	}
 }
