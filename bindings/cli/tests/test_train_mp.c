@@ -233,6 +233,14 @@ static bool busy(pid_t pid, unsigned long ticks)
 	return ut + st >= ticks;
 }
 
+/* Training: rank 1 has used MID_RUN_TICKS of CPU (user + system). Its
+ * start-up (loading the CUDA, cuBLAS and NCCL libraries the command
+ * links, and a transport's own, slow under ASan) takes up to about a
+ * second of CPU before the rendezvous; the run is a million iterations,
+ * so 1.5 s is well inside it. */
+#define MID_RUN_TICKS 150
+#define MID_RUN_WITHIN_S 40
+
 static void sigkill(const char *transport, const char *const *env)
 {
 	char args[256], line[1024];
@@ -247,18 +255,19 @@ static void sigkill(const char *transport, const char *const *env)
 		 timeout_for(transport));
 	start(&r, args, env);
 	/* Mid-training: every rank started and rank 1 has computed. */
-	end = now_s() + 20;
-	while ((read_pids(&r, pids, 4) < 4 || !busy(pids[1], 20)) &&
+	end = now_s() + MID_RUN_WITHIN_S;
+	while ((read_pids(&r, pids, 4) < 4 ||
+		!busy(pids[1], MID_RUN_TICKS)) &&
 	       now_s() < end)
 		nanosleep(&tick, NULL);
 	cr_assert_eq(read_pids(&r, pids, 4), 4, "ranks did not start");
-	if (!busy(pids[1], 20)) {
+	if (!busy(pids[1], MID_RUN_TICKS)) {
 		char path[128], *err;
 
 		snprintf(path, sizeof path, "%s/err", r.dir);
 		err = slurp(path);
-		cr_assert_fail("rank 1 did not start training within 20 s:\n%s",
-			       err ? err : "");
+		cr_assert_fail("rank 1 did not start training within %d s:"
+			       "\n%s", MID_RUN_WITHIN_S, err ? err : "");
 	}
 	cr_assert_eq(kill(pids[1], SIGKILL), 0);
 	finish(&r, timeout_for(transport) + 1 + HANG_S);
