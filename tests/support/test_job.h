@@ -386,6 +386,10 @@ void tj_host_leave(struct tj_host *h);
  */
 int tj_open(struct tj_rank *rk, const struct dpl_transport_ops *ops,
 	    const char *options, uint32_t timeout_ms);
+/* tj_open with the bootstrap's timeout apart (boot_ms; 0: 10000): for a
+ * case whose transport timeout is shorter than a rendezvous may take. */
+int tj_open_boot(struct tj_rank *rk, const struct dpl_transport_ops *ops,
+		 const char *options, uint32_t timeout_ms, uint32_t boot_ms);
 /* Close rk->t (NULL is a no-op) and clear it. */
 void tj_close(struct tj_rank *rk);
 

@@ -264,6 +264,12 @@ void tj_host_leave(struct tj_host *h)
 int tj_open(struct tj_rank *rk, const struct dpl_transport_ops *ops,
 	    const char *options, uint32_t timeout_ms)
 {
+	return tj_open_boot(rk, ops, options, timeout_ms, timeout_ms);
+}
+
+int tj_open_boot(struct tj_rank *rk, const struct dpl_transport_ops *ops,
+		 const char *options, uint32_t timeout_ms, uint32_t boot_ms)
+{
 	struct dpl_transport_params p;
 	dpl_transport *t = NULL;
 	struct tj_host h;
@@ -276,7 +282,7 @@ int tj_open(struct tj_rank *rk, const struct dpl_transport_ops *ops,
 	p.options = options;
 	p.timeout_ms = timeout_ms ? timeout_ms : 10000;
 	rk->ops = ops;
-	rc = tj_host_join(rk, NULL, p.timeout_ms, &p, &h);
+	rc = tj_host_join(rk, NULL, boot_ms ? boot_ms : 10000, &p, &h);
 	if (rc != 0)
 		return rc;
 	rc = dpl_transport_open(ops, &p, &t);

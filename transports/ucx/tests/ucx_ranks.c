@@ -5,7 +5,6 @@
 #define _POSIX_C_SOURCE 200809L
 #include <criterion/criterion.h>
 #include <signal.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -31,29 +30,9 @@ struct ucx_case {
 int ucx_open(struct tj_rank *rk)
 {
 	uint32_t tmo = rk->job->timeout_ms ? rk->job->timeout_ms : 10000u;
-	struct dpl_transport_params p;
-	dpl_transport *t = NULL;
-	struct tj_host h;
-	char why[512];
-	int rc;
 
-	memset(&p, 0, sizeof p);
-	p.rank = rk->rank;
-	p.world_size = rk->size;
-	p.options = rk->job->options;
-	p.timeout_ms = tmo;
-	rk->ops = &dpl_transport_ucx;
-	rc = tj_host_join(rk, NULL, tmo > BOOT_MIN_MS ? tmo : BOOT_MIN_MS, &p,
-			  &h);
-	if (rc != 0)
-		return rc;
-	rc = dpl_transport_open(&dpl_transport_ucx, &p, &t);
-	snprintf(why, sizeof why, "%s", rc != 0 ? dpl_last_error() : "");
-	tj_host_leave(&h);
-	if (rc != 0)
-		return dpl_set_error(rc, "%s", why);
-	rk->t = t;
-	return 0;
+	return tj_open_boot(rk, &dpl_transport_ucx, rk->job->options, tmo,
+			    tmo > BOOT_MIN_MS ? tmo : BOOT_MIN_MS);
 }
 
 static void ucx_rank(struct tj_rank *rk)
