@@ -227,6 +227,11 @@ fi
 # ---- 7. Benchmarks --------------------------------------------------
 step bench_copy 60 "$bench/gpu/bench_gpu_copy" --json "$out/bench_copy.json"
 step bench_runner 60 "$bench/gpu/bench_gpu_runner" --json "$out/bench_runner.json"
+if [ -x "$bench/gpu/bench_gpu_gemm" ]; then
+  step bench_gemm 60 "$bench/gpu/bench_gpu_gemm" --json "$out/bench_gemm.json"
+else
+  record bench_gemm skipped 0 "bench_gpu_gemm is not built (no GPU model: built without the CPU model or cuBLAS)"
+fi
 if [ -e "$build/transports/cudaipc" ] && [ $ipc -eq 0 ] && [ -x "$bench/bench_transport_probe" ]; then
   mod=$(ls "$build"/transports/cudaipc/libdpl-transport-cudaipc.so 2>/dev/null | head -n 1)
   step bench_cudaipc 120 "$bench/bench_transport_probe" --transport "$mod" --mem cuda \
