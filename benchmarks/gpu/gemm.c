@@ -33,6 +33,8 @@
 #include <dpl/device_cuda.h>
 #include <dpl/model_mlp_cuda.h>
 
+#include "../bench.h"
+
 #define MAXL 64
 #define MAXROUNDS 21
 
@@ -50,24 +52,13 @@ struct blas {
 	void *w[MAXL], *g[MAXL], *act[MAXL + 1], *dz[MAXL + 1];
 };
 
-static int cmp(const void *a, const void *b)
-{
-	double x = *(const double *)a, y = *(const double *)b;
-
-	return (x > y) - (x < y);
-}
-
-static double median(double *v, uint32_t n)
-{
-	qsort(v, n, sizeof *v, cmp);
-	return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
-}
-
 static int usage(const char *flag, const char *val)
 {
-	if (flag != NULL)
+	if (flag != NULL) {
 		fprintf(stderr, "bench_gpu_gemm: %s: '%s' is not valid\n",
 			flag, val);
+		return 2;
+	}
 	fprintf(stderr, "usage: bench_gpu_gemm [--widths LIST] [--batch B] "
 		"[--microbatches M] [--dtype f32|f64] [--reps N] "
 		"[--rounds R] [--json FILE]\n");
@@ -446,8 +437,8 @@ int main(int argc, char **argv)
 		if (rc != 0)
 			return rc;
 	}
-	rc = report(&o, prop.name, median(tm, o.rounds),
-		    median(tb, o.rounds));
+	rc = report(&o, prop.name, bench_median(tm, o.rounds),
+		    bench_median(tb, o.rounds));
 	blas_free(&o, &b);
 	dpl_mlp_cuda_destroy(m);
 	dpl_device_close(dev);
