@@ -32,6 +32,7 @@
 #define MAXR 6
 #define SECRET "0123456789abcdef0123456789abcdef0123456789abcdef01234567"
 #define FLAG_DONE 0 /* rank 0 finished: rogues may go */
+#define FLAG_ROGUE_SENT 1 /* the rogue wrote all it writes */
 
 struct out {
 	int rc, rc2, bad;
@@ -224,6 +225,7 @@ static void rogue(struct tj_rank *rk, struct out *o, int kind)
 					 dpl__bs_now_ms() + 1000);
 		}
 	}
+	tj_flag_set(rk, FLAG_ROGUE_SENT, 1);
 	/* Stay (silent) until rank 0 is done; no welcome may come. */
 	tj_flag_wait(rk, FLAG_DONE, 1, 5000);
 	o->bad += welcomed(fd, 200);
@@ -244,6 +246,14 @@ static void rogue_job(struct tj_rank *rk)
 	if (rk->rank == 0)
 		log_begin(path);
 	tj_sleep_ms(delay[rk->rank]);
+	/* The last rank, whose arrival completes the rendezvous, comes once
+	 * a rogue that speaks has said all it says (a slow machine may take
+	 * longer than the delays for it), so that rank 0 judges what it
+	 * said; a silent rogue, or one that stops after its hello, is there
+	 * to be left behind by the completed rendezvous. */
+	if (rk->rank == 2 && *(const int *)rk->arg != R_SILENT &&
+	    *(const int *)rk->arg != R_HELLO_ONLY)
+		tj_flag_wait(rk, FLAG_ROGUE_SENT, 1, 5000);
 	b = open_as(rk, o, rk->rank, 3, 5000, SECRET);
 	if (o->rc == 0)
 		o->rc2 = dpl_bootstrap_barrier(b);
