@@ -5,6 +5,8 @@
  * cudaGetDriverEntryPointByVersion, so the library does not link
  * libcuda. None of this has run on a GPU yet.
  */
+#include <pthread.h>
+#include <stdio.h>
 #include <string.h>
 
 #include <cuda.h>
@@ -92,17 +94,36 @@ static int driver_fn(const char *name, void **fn)
 	return 0;
 }
 
+/* The two driver calls, looked up once per process (pthread_once): the
+ * lookup is not a cost every send should pay. */
+static range_fn the_range;
+static attr_fn the_attr;
+static int the_rc;
+static char the_why[256];
+static pthread_once_t the_once = PTHREAD_ONCE_INIT;
+
+static void find_driver_fns(void)
+{
+	void *range = NULL, *attr = NULL;
+
+	if ((the_rc = driver_fn("cuMemGetAddressRange", &range)) == 0)
+		the_rc = driver_fn("cuPointerGetAttribute", &attr);
+	if (the_rc != 0) {
+		snprintf(the_why, sizeof the_why, "%s", dpl_last_error());
+		return;
+	}
+	/* (ISO C has no cast from void * to a function pointer.) */
+	memcpy(&the_range, &range, sizeof the_range);
+	memcpy(&the_attr, &attr, sizeof the_attr);
+}
+
 static int cuda_locate(const void *ptr, struct dpl__cudaipc_export *out)
 {
 	struct cudaPointerAttributes a;
 	CUdeviceptr base = 0;
 	size_t size = 0;
 	unsigned long long id = 0;
-	void *range = NULL, *attr = NULL;
-	range_fn rf;
-	attr_fn af;
 	cudaError_t e;
-	int rc;
 
 	e = cudaPointerGetAttributes(&a, ptr);
 	if (e != cudaSuccess)
@@ -111,14 +132,11 @@ static int cuda_locate(const void *ptr, struct dpl__cudaipc_export *out)
 		return dpl_set_error(DPL_EINVAL, "transport cudaipc: a "
 				     "DPL_MEM_CUDA send of memory that is "
 				     "not device memory");
-	if ((rc = driver_fn("cuMemGetAddressRange", &range)) != 0 ||
-	    (rc = driver_fn("cuPointerGetAttribute", &attr)) != 0)
-		return rc;
-	/* (ISO C has no cast from void * to a function pointer.) */
-	memcpy(&rf, &range, sizeof rf);
-	memcpy(&af, &attr, sizeof af);
-	if (rf(&base, &size, (CUdeviceptr)ptr) != CUDA_SUCCESS ||
-	    af(&id, CU_POINTER_ATTRIBUTE_BUFFER_ID, (CUdeviceptr)ptr) !=
+	pthread_once(&the_once, find_driver_fns);
+	if (the_rc != 0)
+		return dpl_set_error(the_rc, "%s", the_why);
+	if (the_range(&base, &size, (CUdeviceptr)ptr) != CUDA_SUCCESS ||
+	    the_attr(&id, CU_POINTER_ATTRIBUTE_BUFFER_ID, (CUdeviceptr)ptr) !=
 		    CUDA_SUCCESS)
 		return dpl_set_error(DPL_EIO, "transport cudaipc: the "
 				     "allocation of a device buffer is not "

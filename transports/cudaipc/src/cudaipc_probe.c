@@ -63,24 +63,22 @@ int dpl__cudaipc_probe_ipc(const struct dpl__cudaipc_seam *seam,
 		return 0;
 	all = calloc(n, sizeof *all);
 	verdicts = calloc(n, sizeof *verdicts);
-	memset(&mine, 0, sizeof mine);
+	if (all == NULL || verdicts == NULL) {
+		free(all);
+		free(verdicts);
+		return dpl_set_error(DPL_ENOMEM, "transport cudaipc: out of "
+				     "memory");
+	}
 	/* A failure of our own still takes part in both exchanges, so that
 	 * nobody waits for us; it is what we report in the second. */
-	if (all == NULL || verdicts == NULL)
-		mine.rc = dpl_set_error(DPL_ENOMEM, "out of memory");
-	else if ((mine.rc = seam->probe_alloc(PROBE_BYTES, &buf)) == 0)
+	memset(&mine, 0, sizeof mine);
+	if ((mine.rc = seam->probe_alloc(PROBE_BYTES, &buf)) == 0)
 		mine.rc = dpl__cudaipc_export_of(seam, buf, &mine.x);
 	memset(&v, 0, sizeof v);
 	if (mine.rc != 0) {
 		v.rc = mine.rc;
 		snprintf(v.why, sizeof v.why, "cannot export a device buffer "
 			 "(%s)", dpl_last_error());
-	}
-	if (all == NULL || verdicts == NULL) {
-		free(all);
-		free(verdicts);
-		return dpl_set_error(DPL_ENOMEM, "transport cudaipc: out of "
-				     "memory");
 	}
 	rc = oob->allgather(oob->user, &mine, sizeof mine, all);
 	if (rc == 0) {
