@@ -42,8 +42,14 @@ int dpl__pump(dpl_runner *r)
 	return n;
 }
 
-/* How long a waiting rank yields its core before it sleeps. */
-#define DPL__YIELD_NS 50000u
+/* How long a waiting rank yields its core before it sleeps. 2 ms, not
+ * the 50 us it was: with more ranks than cores (4 dpl.torch ranks on 2
+ * cores, benchmarks/torch_pipelining.py case a) a yielding rank hands
+ * its core to a rank with work, while one that sleeps must be woken and
+ * rescheduled with cold caches; the longer window was faster there in
+ * most alternating rounds (docs/benchmarks.md). On a core of its own a yield
+ * returns at once, so the window is a 2 ms poll before the sleep. */
+#define DPL__YIELD_NS 2000000u
 
 
 /*

@@ -254,7 +254,12 @@ DPL_EXTERN int dpl_runner_create(const struct dpl_runner_params *p,
 /*
  * dpl_runner_step - run one iteration: this rank's actions in order, as
  * described above. Blocks until done; every wait is bounded by the
- * timeout. Returns 0; a callback's code (or DPL_ECALLBACK); DPL_EPEER
+ * timeout. A wait polls the transport (progress), spinning a few times,
+ * then calling sched_yield() between polls for up to 2 ms, then sleeping
+ * in the transport's wait (1 ms at most per call; without one, 20 us
+ * naps): a waiting rank costs a core for up to 2 ms, and gives it to any
+ * rank of the host that has work meanwhile.
+ * Returns 0; a callback's code (or DPL_ECALLBACK); DPL_EPEER
  * when another rank failed (the message names it); DPL_ETIMEDOUT naming
  * rank, action and the peer waited for; a transport or device error.
  * After a failure every later call returns DPL_ECANCELED.
