@@ -248,10 +248,12 @@ static int run(int argc, char **argv)
 		goto out;
 	}
 	rc = J->o.json ? train_print_json(J, &R) : (train_print_text(J, &R), 0);
-	if (rc == 0 && R.have_check && !(R.max_rel <= TRAIN_CHECK_LIMIT))
+	if (rc == 0 && R.have_check &&
+	    !(R.max_rel <= train_check_limit(&J->o)))
 		rc = cli_fail(CMD, "--check: largest relative weight "
-			      "difference %.3g is above %g", R.max_rel,
-			      TRAIN_CHECK_LIMIT);
+			      "difference %.3g is above %g (%s)", R.max_rel,
+			      train_check_limit(&J->o),
+			      train_dtype_name(&J->o));
 out:
 	free(R.loss);
 	free(J->loss);

@@ -65,8 +65,8 @@ void train_print_text(const struct train_job *J, const struct train_result *R)
 	if (R->have_check)
 		printf("check: largest relative weight difference against one "
 		       "device %.3g (%s %g)\n", R->max_rel,
-		       R->max_rel <= TRAIN_CHECK_LIMIT ? "within" : "ABOVE",
-		       TRAIN_CHECK_LIMIT);
+		       R->max_rel <= train_check_limit(o) ? "within" : "ABOVE",
+		       train_check_limit(o));
 }
 
 int train_print_json(const struct train_job *J, const struct train_result *R)
@@ -106,8 +106,11 @@ int train_print_json(const struct train_job *J, const struct train_result *R)
 	for (i = 0; i < J->nstages; i++)
 		cJSON_AddItemToArray(
 			a, cJSON_CreateNumber((double)R->peak_bytes[i]));
-	if (R->have_check)
+	if (R->have_check) {
 		cJSON_AddNumberToObject(root, "max_rel_diff", R->max_rel);
+		cJSON_AddNumberToObject(root, "check_limit",
+					train_check_limit(o));
+	}
 	if (R->have_digest) {
 		snprintf(hex, sizeof hex, "%016llx",
 			 (unsigned long long)R->digest);

@@ -30,6 +30,11 @@ const char *train_dtype_name(const struct train_opts *o)
 	return o->precision == 1 ? "f32" : "f64";
 }
 
+double train_check_limit(const struct train_opts *o)
+{
+	return o->precision == 1 ? TRAIN_CHECK_LIMIT_F32 : TRAIN_CHECK_LIMIT_F64;
+}
+
 uint32_t train_layer_stage(const struct train_job *J, uint32_t layer)
 {
 	uint32_t s = 0;

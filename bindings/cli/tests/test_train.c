@@ -428,12 +428,17 @@ Test(train, f32_matches_one_device_on_pipelined_replicated_layouts,
 		cr_assert_eq(o32.status, 0, "%s: exit %d", args, o32.status);
 		cr_assert_not_null(o32.json, "%s: no JSON", args);
 		cr_assert_str_eq(str(o32.json, "dtype"), "f32");
-		cr_assert_leq(num(o32.json, "max_rel_diff"), 1e-5, "%s", args);
+		/* Float rounding of other summation orders (the replicas'
+		 * shares, BLAS kernels picked by shape and processor) grows
+		 * with the steps: 1.0e-5 to 1.3e-5 seen on these layouts. */
+		cr_assert_leq(num(o32.json, "max_rel_diff"), 1e-4, "%s", args);
+		cr_assert_eq(num(o32.json, "check_limit"), 1e-4, "%s", args);
 		snprintf(args, sizeof args, "%s --iterations 4 --check --json "
 			 "--dtype f64", layouts32[i]);
 		o64 = run(args, false);
 		cr_assert_eq(o64.status, 0, "%s: exit %d", args, o64.status);
 		cr_assert_str_eq(str(o64.json, "dtype"), "f64");
+		cr_assert_eq(num(o64.json, "check_limit"), 1e-5, "%s", args);
 		cr_assert_str_neq(str(o32.json, "weights_digest"),
 				  str(o64.json, "weights_digest"), "%s", args);
 		/* The same training, to float's precision. */
