@@ -31,7 +31,11 @@ Reported per side (worker.py says how each is taken):
   buffers, connections), the slowest rank; launch to first step done:
   from the same launch stamp until the last rank has finished its first
   step (start-up plus the first step, whatever each library defers);
-and the ratios dpl / PyTorch.
+and the ratios dpl / PyTorch. Also per case (unless --no-serial), once a
+round in this process: the case's torch work alone (every stage's
+forward, backward and SGD step, one thread, no pipeline), its CPU per
+step, and the ceiling it sets: batch x min(ranks, CPUs) / that CPU time,
+the samples/s neither side can pass on this host.
 
 Callback cost: the same 1F1B schedule over --cb-stages ranks with stages
 that multiply by one scalar parameter, one sample of two values per
@@ -46,7 +50,7 @@ path is torch's own forward and autograd).
 Usage:
   python benchmarks/torch_pipelining.py [--cases a,b,c] [--rounds N]
       [--iters N] [--warmup N] [--sides torch,dpl] [--bind none|core|fold]
-      [--json PATH] [--quick]
+      [--json PATH] [--quick] [--no-serial]
 """
 from __future__ import annotations
 
@@ -97,9 +101,11 @@ def bench_cases(args, sides: list[str]) -> list[dict]:
         iters = args.iters or case.iters
         runs: dict[str, list[launch.RunResult]] = {s: [] for s in sides}
         errors: dict[str, str] = {}
-        load = []
+        load, serial = [], []
         for rnd in range(args.rounds):
             load.append(os.getloadavg()[0])
+            if not args.no_serial:
+                serial.append(models.serial_cpu_seconds(case, args.ranks, iters))
             order = sides if rnd % 2 == 0 else list(reversed(sides))
             for side in order:
                 if side in errors:
@@ -119,6 +125,11 @@ def bench_cases(args, sides: list[str]) -> list[dict]:
                "dtype": case.dtype, "batch": case.batch,
                "microbatches": case.microbatches, "iters": iters,
                "errors": errors, "loadavg_1min_per_round": load}
+        if serial:
+            cpus = min(args.ranks, len(os.sched_getaffinity(0)))
+            row["serial_cpu_s_per_step"] = _med(serial)
+            row["ceiling_samples_s"] = case.batch * cpus / _med(serial)
+            row["ceiling_cpus"] = cpus
         for side in sides:
             if runs[side]:
                 row[side] = _summary(runs[side], case.batch)
@@ -246,6 +257,11 @@ def _print_cases(rows: list[dict], sides: list[str]) -> None:
                   f"{_fmt(s['startup_s_median'], 2)} | "
                   f"{_fmt(s['first_step_s_median'], 3)} | "
                   f"{_fmt(s['to_first_step_s_median'], 2)} |")
+        if "ceiling_samples_s" in r:
+            print(f"| {r['case']} | {r['schedule']} | {r['dtype']} | "
+                  f"work alone on {r['ceiling_cpus']} CPUs (ceiling) | "
+                  f"{_fmt(r['ceiling_samples_s'])} | "
+                  f"{_fmt(r['serial_cpu_s_per_step'] * 1e3, 1)} | | | | |")
         if "ratio" in r:
             q = r["ratio"]
             print(f"| {r['case']} | {r['schedule']} | {r['dtype']} | "
@@ -308,6 +324,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--bind", choices=("none", "core", "fold"), default="none",
                    help="pin every rank of both sides to one CPU: core = rank mod "
                         "CPUs, fold = ranks r and N-1-r together (default none)")
+    p.add_argument("--no-serial", action="store_true",
+                   help="skip each case's torch work alone in this process "
+                        "(the ceiling row)")
     p.add_argument("--no-callback", action="store_true",
                    help="skip the callback-cost measurement")
     p.add_argument("--cb-stages", type=int, default=2)

@@ -183,3 +183,45 @@ def tiny_ops_seconds(stages: int, microbatches: int, steps: int,
     for _ in range(steps):
         one()
     return (time.perf_counter() - t) / steps
+
+
+def serial_cpu_seconds(case: Case, stages: int, steps: int,
+                       warmup: int = 2) -> float:
+    """CPU seconds per step of a case's torch work alone, in this process
+    and one thread: every stage's forward and backward of every
+    micro-batch (a stage's input the previous stage's output detached, as
+    a pipeline stage receives it), then each stage's SGD step and
+    zero_grad as the ranks do; no pipeline, no transfers, no other
+    process. What `stages` ranks on C CPUs cannot beat: this over
+    min(stages, C) per step."""
+    torch.set_num_threads(1)
+    mods = [stage_module(case, s, stages) for s in range(stages)]
+    opts = [torch.optim.SGD(m.parameters(), lr=1e-3) for m in mods]
+    x, y = batch_data(case)
+    xs, ys = x.tensor_split(case.microbatches), y.tensor_split(case.microbatches)
+    lf = loss_fn(case)
+
+    def one() -> None:
+        for xj, yj in zip(xs, ys):
+            inp, chain = xj, []
+            for s, m in enumerate(mods):
+                if s > 0:
+                    inp = inp.detach().requires_grad_(True)
+                out = m(inp)
+                chain.append((inp, out))
+                inp = out
+            grad, loss = None, lf(inp, yj)
+            for s in reversed(range(stages)):
+                inp, out = chain[s]
+                torch.autograd.backward(loss if s == stages - 1 else out, grad)
+                grad = inp.grad if s > 0 else None
+        for o in opts:
+            o.step()
+            o.zero_grad(set_to_none=False)
+
+    for _ in range(warmup):
+        one()
+    t = time.process_time()
+    for _ in range(steps):
+        one()
+    return (time.process_time() - t) / steps
