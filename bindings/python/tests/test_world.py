@@ -303,6 +303,33 @@ def test_shm_in_threads_uses_python_oob():
         assert all(ok)
 
 
+def test_transport_options_from_the_environment(monkeypatch):
+    """DPL_TRANSPORT_OPTIONS reaches the backend when options is None;
+    options given override it."""
+    monkeypatch.setenv("DPL_TRANSPORT_OPTIONS", "ring=3k")
+
+    def from_env():
+        Transport.open(world.current(), "shm", timeout=10)
+
+    with pytest.raises(dpl.InvalidArgument, match="ring"):
+        run.threads(2, from_env, timeout=30)
+
+    def given():
+        w = world.current()
+        with Transport.open(w, "shm", options="ring=64k", timeout=10) as t:
+            return _ring(t, w, 20000)
+
+    assert all(run.threads(2, given, timeout=30))
+    monkeypatch.setenv("DPL_TRANSPORT_OPTIONS", "ring=64k,spin_us=0")
+
+    def from_env_ok():
+        w = world.current()
+        with Transport.open(w, "shm", timeout=10) as t:
+            return _ring(t, w, 300000)
+
+    assert all(run.threads(2, from_env_ok, timeout=30))
+
+
 def test_shm_open_when_peer_failed_is_peer_error():
     got = {}
 

@@ -8,6 +8,7 @@ Part of :mod:`dpl.world` (import it from there); kept in a file of its own.
 from __future__ import annotations
 
 import ctypes
+import os
 import re
 import threading
 import time
@@ -111,7 +112,12 @@ class Transport:
         a transport .so; None picks :func:`dpl.world.default_transport`
         (env ``DPL_TRANSPORT``, else "inproc" for a ThreadWorld or a world
         of one rank, else "shm"). ``options``: the backend's
-        "key=value,..." string. ``timeout``: params.timeout_ms (how long
+        "key=value,..." string (its README lists the keys, e.g. shm's
+        ``ring``, ``eager``, ``spin_us``); None takes env
+        ``DPL_TRANSPORT_OPTIONS`` when set and non-empty (how a script
+        that opens its transport through dpl.torch is tuned from outside,
+        as UCX's and NCCL's variables do), else the backend's defaults.
+        ``timeout``: params.timeout_ms (how long
         init waits for peers, and the liveness timeout).
 
         Collective: every rank of the world calls it, in the same order
@@ -132,6 +138,8 @@ class Transport:
             name = default_transport(world)
         if not isinstance(name, str) or not name:
             raise _err("EINVAL", f"transport name {name!r} is not a non-empty string")
+        if options is None:
+            options = os.environ.get("DPL_TRANSPORT_OPTIONS") or None
         if options is not None and not isinstance(options, str):
             raise _err("EINVAL", f"options={options!r} is not a 'key=value,...' string")
         t = _seconds(timeout, "timeout")
