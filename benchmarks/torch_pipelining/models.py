@@ -147,6 +147,30 @@ def tiny_case(stages: int, microbatches: int, iters: int) -> Case:
                 microbatches=microbatches, iters=iters)
 
 
+def _forward(mods: list[nn.Module], x: torch.Tensor) -> tuple[list, torch.Tensor]:
+    """Every stage's forward of one micro-batch, a stage's input the
+    previous stage's output detached (as a pipeline stage receives it):
+    the (input, output) of each stage and the last output."""
+    inp, chain = x, []
+    for s, m in enumerate(mods):
+        if s > 0:
+            inp = inp.detach().requires_grad_(True)
+        out = m(inp)
+        chain.append((inp, out))
+        inp = out
+    return chain, inp
+
+
+def _backward(chain: list, loss: torch.Tensor) -> None:
+    """Every stage's backward of one micro-batch, last stage first, each
+    handing its input's gradient to the stage before."""
+    grad = None
+    for s in reversed(range(len(chain))):
+        inp, out = chain[s]
+        torch.autograd.backward(loss if s == len(chain) - 1 else out, grad)
+        grad = inp.grad if s > 0 else None
+
+
 def tiny_ops_seconds(stages: int, microbatches: int, steps: int,
                      warmup: int = 20) -> float:
     """Seconds per step of the callback case's torch work alone: every
@@ -162,20 +186,10 @@ def tiny_ops_seconds(stages: int, microbatches: int, steps: int,
     def one() -> None:
         kept = []
         for j in range(microbatches):
-            inp, chain = x[j:j + 1], []
-            for s, m in enumerate(mods):
-                if s > 0:
-                    inp = inp.detach().requires_grad_(True)
-                out = m(inp)
-                chain.append((inp, out))
-                inp = out
-            kept.append((chain, lf(inp, y[j:j + 1])))
+            chain, out = _forward(mods, x[j:j + 1])
+            kept.append((chain, lf(out, y[j:j + 1])))
         for chain, loss in kept:
-            grad = None
-            for s in reversed(range(stages)):
-                inp, out = chain[s]
-                torch.autograd.backward(loss if s == stages - 1 else out, grad)
-                grad = inp.grad if s > 0 else None
+            _backward(chain, loss)
 
     for _ in range(warmup):
         one()
@@ -203,18 +217,8 @@ def serial_cpu_seconds(case: Case, stages: int, steps: int,
 
     def one() -> None:
         for xj, yj in zip(xs, ys):
-            inp, chain = xj, []
-            for s, m in enumerate(mods):
-                if s > 0:
-                    inp = inp.detach().requires_grad_(True)
-                out = m(inp)
-                chain.append((inp, out))
-                inp = out
-            grad, loss = None, lf(inp, yj)
-            for s in reversed(range(stages)):
-                inp, out = chain[s]
-                torch.autograd.backward(loss if s == stages - 1 else out, grad)
-                grad = inp.grad if s > 0 else None
+            chain, out = _forward(mods, xj)
+            _backward(chain, lf(out, yj))
         for o in opts:
             o.step()
             o.zero_grad(set_to_none=False)
