@@ -305,6 +305,7 @@ struct dpl_runner {
 	struct dpl_action cur;   /* action being run */
 	size_t cur_pos;
 	uint64_t wait_acc;       /* ns waited inside the current action */
+	int8_t long_waits;       /* dpl__wait_score() of the recent waits */
 	char errmsg[512];
 	/* stats and trace */
 	struct dpl_runner_stats st;
@@ -399,6 +400,19 @@ int dpl__reqs_done(dpl_runner *r, void *arg, uint32_t *peer);
 int dpl__pump(dpl_runner *r);
 int dpl__wait_for(dpl_runner *r, dpl__done_fn done, void *arg);
 int dpl__wait_reqs(dpl_runner *r, struct dpl__rreq *q, uint32_t n);
+/*
+ * How long a wait yields its core before it sleeps, from the score of
+ * the rank's recent waits: DPL__YIELD_NS while most of them ended within
+ * it, DPL__YIELD_SHORT_NS once most lasted longer (score > 0).
+ * dpl__wait_score adds one wait that got past the first polls: +1 when
+ * it lasted more than DPL__YIELD_NS, -1 otherwise, kept within
+ * [-DPL__WAIT_SCORE_MAX, DPL__WAIT_SCORE_MAX].
+ */
+#define DPL__YIELD_NS 2000000u
+#define DPL__YIELD_SHORT_NS 50000u
+#define DPL__WAIT_SCORE_MAX 4
+uint64_t dpl__yield_window(int8_t score);
+int8_t dpl__wait_score(int8_t score, uint64_t waited_ns);
 
 /*
  * Slots (runner_step.c): dpl__acquire gives (stage, j) its slot, taking a

@@ -42,15 +42,45 @@ int dpl__pump(dpl_runner *r)
 	return n;
 }
 
-/* How long a waiting rank yields its core before it sleeps. 2 ms, not
- * the 50 us it was: with more ranks than cores (4 dpl.torch ranks on 2
- * cores, benchmarks/torch_pipelining.py case a) a yielding rank hands
- * its core to a rank with work, while one that sleeps must be woken and
- * rescheduled with cold caches; the longer window was faster there in
- * most alternating rounds (docs/benchmarks.md). On a core of its own a yield
- * returns at once, so the window is a 2 ms poll before the sleep. */
-#define DPL__YIELD_NS 2000000u
+/*
+ * How a waiting rank gives its core away. It polls a few times, then
+ * yields between polls for a while, then sleeps in the transport until a
+ * request may have completed.
+ *
+ * The yield window adapts to the waits the rank has had lately. While
+ * most of them end within DPL__YIELD_NS (2 ms), it yields for that long:
+ * with more ranks than cores (4 dpl.torch ranks on 2 cores,
+ * benchmarks/torch_pipelining.py case a) a yielding rank hands its core
+ * to a rank with work and needs no wake-up, while one that sleeps must be
+ * woken and rescheduled with cold caches (docs/benchmarks.md, "The
+ * runner's yield window"). Once most of its waits last longer (stages of
+ * several milliseconds, case c), yielding only hands the core back and
+ * forth: each time the yielding rank's turn comes, a computing rank is
+ * preempted for a poll. It then yields DPL__YIELD_SHORT_NS (50 us) and
+ * sleeps. On a core of its own a yield returns at once, so the window is
+ * a poll before the sleep either way.
+ */
+uint64_t dpl__yield_window(int8_t score)
+{
+	return score > 0 ? DPL__YIELD_SHORT_NS : DPL__YIELD_NS;
+}
 
+int8_t dpl__wait_score(int8_t score, uint64_t waited_ns)
+{
+	if (waited_ns > DPL__YIELD_NS)
+		return score < DPL__WAIT_SCORE_MAX ? (int8_t)(score + 1) : score;
+	return score > -DPL__WAIT_SCORE_MAX ? (int8_t)(score - 1) : score;
+}
+
+/* The longest sleep in the transport between two looks at the deadline.
+ * A transport's wait returns once a request may have completed (failure
+ * notices and reductions arrive as requests too), so this only bounds a
+ * missed wake-up; a wait on a device event, which the transport does not
+ * see, sleeps at most DPL__EVENT_NAP_NS at a time. The short nap it once
+ * had for every wait woke a sleeping rank every millisecond, each time
+ * preempting a rank with work. */
+#define DPL__NAP_NS 20000000u
+#define DPL__EVENT_NAP_NS 1000000u
 
 /*
  * Wait until done() says so, progressing meanwhile; at most the timeout.
@@ -61,7 +91,8 @@ int dpl__pump(dpl_runner *r)
  * count (benchmarks/callgrind_runner_overhead.sh). */
 DPL__NOINLINE int dpl__wait_for(dpl_runner *r, dpl__done_fn done, void *arg)
 {
-	uint64_t t0 = 0, now = 0, deadline = 0, left;
+	uint64_t t0 = 0, now = 0, deadline = 0, left, window = 0;
+	uint64_t nap = done == dpl__event_done ? DPL__EVENT_NAP_NS : DPL__NAP_NS;
 	uint32_t spins = 0, peer = DPL__NONE;
 	char t[DPL_ACTION_TEXT_MAX];
 	int rc, n;
@@ -113,13 +144,15 @@ DPL__NOINLINE int dpl__wait_for(dpl_runner *r, dpl__done_fn done, void *arg)
 		 * then needs no wake-up call), then sleep in the transport. */
 		if (++spins < 16)
 			continue;
-		if (now - t0 < DPL__YIELD_NS) {
+		if (window == 0)
+			window = dpl__yield_window(r->long_waits);
+		if (now - t0 < window) {
 			sched_yield();
 			continue;
 		}
 		left = deadline - now;
 		if (r->t != NULL && r->t->can_wait) {
-			rc = dpl_transport_wait(r->t, left < 1000000u ? left : 1000000u);
+			rc = dpl_transport_wait(r->t, left < nap ? left : nap);
 			if (rc < 0) {
 				rc = dpl__fail(r, rc, "transport %s: wait: %s",
 					  r->t->ops->name, dpl_strerror(rc));
@@ -133,8 +166,13 @@ DPL__NOINLINE int dpl__wait_for(dpl_runner *r, dpl__done_fn done, void *arg)
 			nanosleep(&ts, NULL);
 		}
 	}
-	if (t0 != 0)
-		r->wait_acc += dpl__now_ns() - t0;
+	if (t0 != 0) {
+		now = dpl__now_ns();
+		r->wait_acc += now - t0;
+		/* Only waits that got past the polls say how long waits are. */
+		if (window != 0)
+			r->long_waits = dpl__wait_score(r->long_waits, now - t0);
+	}
 	return rc;
 }
 

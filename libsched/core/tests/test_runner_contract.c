@@ -561,3 +561,38 @@ Test(runner_fail, cancels_every_request_before_waiting_for_one)
 	dpl_transport_close(t);
 	dpl_schedule_destroy(s);
 }
+
+Test(wait, yield_window_follows_most_of_the_recent_waits)
+{
+	int8_t s = 0;
+	int i;
+
+	/* A new runner yields the long window. */
+	cr_assert_eq(dpl__yield_window(s), DPL__YIELD_NS);
+	/* 2 ms exactly ended within the window: not a long wait. */
+	s = dpl__wait_score(s, DPL__YIELD_NS);
+	cr_assert_eq(s, -1);
+	cr_assert_eq(dpl__yield_window(s), DPL__YIELD_NS);
+	/* Two waits of 3 ms: most recent waits are long, the window short. */
+	s = dpl__wait_score(s, 3000000u);
+	cr_assert_eq(dpl__yield_window(s), DPL__YIELD_NS);
+	s = dpl__wait_score(s, 3000000u);
+	cr_assert_eq(s, 1);
+	cr_assert_eq(dpl__yield_window(s), DPL__YIELD_SHORT_NS);
+	cr_assert_lt(DPL__YIELD_SHORT_NS, DPL__YIELD_NS);
+	/* The score saturates: a hundred long waits are undone by as many
+	 * short ones as the bound, not by a hundred. */
+	for (i = 0; i < 100; i++)
+		s = dpl__wait_score(s, 50000000u);
+	cr_assert_eq(s, DPL__WAIT_SCORE_MAX);
+	for (i = 0; i < DPL__WAIT_SCORE_MAX - 1; i++) {
+		s = dpl__wait_score(s, 100000u);
+		cr_assert_eq(dpl__yield_window(s), DPL__YIELD_SHORT_NS,
+			     "after %d short waits", i + 1);
+	}
+	s = dpl__wait_score(s, 100000u);
+	cr_assert_eq(dpl__yield_window(s), DPL__YIELD_NS);
+	for (i = 0; i < 100; i++)
+		s = dpl__wait_score(s, 1000u);
+	cr_assert_eq(s, -DPL__WAIT_SCORE_MAX);
+}

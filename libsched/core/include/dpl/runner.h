@@ -256,9 +256,13 @@ DPL_EXTERN int dpl_runner_create(const struct dpl_runner_params *p,
  * described above. Blocks until done; every wait is bounded by the
  * timeout. A wait polls the transport (progress), spinning a few times,
  * then calling sched_yield() between polls for up to 2 ms, then sleeping
- * in the transport's wait (1 ms at most per call; without one, 20 us
- * naps): a waiting rank costs a core for up to 2 ms, and gives it to any
- * rank of the host that has work meanwhile.
+ * in the transport's wait until a request may have completed (20 ms at
+ * most per call, 1 ms while waiting for a device event; without a
+ * transport wait, 20 us naps): a waiting rank costs a core for up to
+ * 2 ms, and gives it to any rank of the host that has work meanwhile.
+ * Once most of the rank's recent waits lasted longer than 2 ms, it
+ * yields for 50 us only, until most are short again: yielding through a
+ * long wait takes turns on a core that a computing rank needs.
  * Returns 0; a callback's code (or DPL_ECALLBACK); DPL_EPEER
  * when another rank failed (the message names it); DPL_ETIMEDOUT naming
  * rank, action and the peer waited for; a transport or device error.
