@@ -31,7 +31,11 @@ Reported per side (worker.py says how each is taken):
   buffers, connections), the slowest rank; launch to first step done:
   from the same launch stamp until the last rank has finished its first
   step (start-up plus the first step, whatever each library defers);
-and the ratios dpl / PyTorch. Also per case (unless --no-serial), once a
+the involuntary context switches per step of all ranks (how often a rank
+with work lost its core), and the ratios dpl / PyTorch. With --base
+BUILD, a third side runs dpl's package against that build tree's
+libraries (an A/B of two dpl revisions, alternating with the others in
+every round) and a row dpl/base follows. Also per case (unless --no-serial), once a
 round in this process: the case's torch work alone (every stage's
 forward, backward and SGD step, one thread, no pipeline), its CPU per
 step, and the ceiling it sets: batch x min(ranks, CPUs) / that CPU time,
@@ -50,7 +54,7 @@ path is torch's own forward and autograd).
 Usage:
   python benchmarks/torch_pipelining.py [--cases a,b,c] [--rounds N]
       [--iters N] [--warmup N] [--sides torch,dpl] [--bind none|core|fold]
-      [--json PATH] [--quick] [--no-serial]
+      [--base BUILD] [--json PATH] [--quick] [--no-serial]
 """
 from __future__ import annotations
 
@@ -86,6 +90,9 @@ def _summary(runs: list[launch.RunResult], batch: int) -> dict:
             "first_step_s_median": _med([r.first_step_s for r in runs]),
             "cpu_s_per_step": _med([sum(r.extra["cpu_s"]) / r.iters
                                     for r in runs]),
+            # [voluntary, involuntary] context switches per step, all ranks
+            "switches_per_step": [_med([sum(x[k] for x in r.extra["switches"])
+                                        / r.iters for r in runs]) for k in (0, 1)],
             "script_started_s_median": _med([r.extra["main_s"] for r in runs]),
             "imported_s_median": _med([r.extra["imported_s"] for r in runs]),
             "peak_rss_mib": max(max(r.maxrss_kib) for r in runs) / 1024.0,
@@ -112,8 +119,10 @@ def bench_cases(args, sides: list[str]) -> list[dict]:
                     continue
                 try:
                     runs[side].append(launch.run(
-                        side, name, args.ranks, iters, args.warmup, args.timeout,
-                        torch_launcher=args.torch_launcher, build=args.build,
+                        "dpl" if side == "base" else side, name, args.ranks,
+                        iters, args.warmup, args.timeout,
+                        torch_launcher=args.torch_launcher,
+                        build=args.base if side == "base" else args.build,
                         worker_args=("--bind", args.bind)))
                 except launch.RunError as e:
                     errors[side] = str(e)
@@ -144,6 +153,12 @@ def bench_cases(args, sides: list[str]) -> list[dict]:
                 "to_first_step": (d["to_first_step_s_median"]
                                   / t["to_first_step_s_median"]),
             }
+        if all(s in row for s in ("base", "dpl")):
+            b, d = row["base"], row["dpl"]
+            row["ratio_base"] = {
+                "samples_s": d["samples_s_median"] / b["samples_s_median"],
+                "cpu": d["cpu_s_per_step"] / b["cpu_s_per_step"],
+                "peak_rss": d["peak_rss_mib"] / b["peak_rss_mib"]}
         rows.append(row)
     return rows
 
@@ -237,22 +252,24 @@ def print_tables(rows: list[dict], cb: dict | None, sides: list[str]) -> None:
 def _print_cases(rows: list[dict], sides: list[str]) -> None:
     """The cases' table, one row per side and one of ratios."""
     print("| case | schedule | dtype | side | samples/s median (range) | "
-          "CPU ms/step, all ranks | peak RSS MiB | start-up s | first step s "
-          "| launch to first step done s |")
-    print("|---|---|---|---|---|---|---|---|---|---|")
+          "CPU ms/step, all ranks | involuntary switches/step | peak RSS MiB "
+          "| start-up s | first step s | launch to first step done s |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         for side in sides:
             s = r.get(side)
-            label = "PyTorch" if side == "torch" else "dpl"
+            label = {"torch": "PyTorch", "dpl": "dpl",
+                     "base": "dpl, --base build"}[side]
             if s is None:
                 err = r["errors"].get(side, "not run")
                 print(f"| {r['case']} | {r['schedule']} | {r['dtype']} | "
-                      f"{label} | failed: {err.splitlines()[0][:60]} | | | | | |")
+                      f"{label} | failed: {err.splitlines()[0][:60]} | | | | | | |")
                 continue
             sps = s["samples_s"]
             print(f"| {r['case']} | {r['schedule']} | {r['dtype']} | {label} "
                   f"| {_fmt(s['samples_s_median'])} ({_fmt(min(sps))}-"
                   f"{_fmt(max(sps))}) | {_fmt(s['cpu_s_per_step'] * 1e3, 1)} | "
+                  f"{_fmt(s['switches_per_step'][1])} | "
                   f"{_fmt(s['peak_rss_mib'])} | "
                   f"{_fmt(s['startup_s_median'], 2)} | "
                   f"{_fmt(s['first_step_s_median'], 3)} | "
@@ -261,14 +278,19 @@ def _print_cases(rows: list[dict], sides: list[str]) -> None:
             print(f"| {r['case']} | {r['schedule']} | {r['dtype']} | "
                   f"work alone on {r['ceiling_cpus']} CPUs (ceiling) | "
                   f"{_fmt(r['ceiling_samples_s'])} | "
-                  f"{_fmt(r['serial_cpu_s_per_step'] * 1e3, 1)} | | | | |")
+                  f"{_fmt(r['serial_cpu_s_per_step'] * 1e3, 1)} | | | | | |")
         if "ratio" in r:
             q = r["ratio"]
             print(f"| {r['case']} | {r['schedule']} | {r['dtype']} | "
-                  f"dpl/PyTorch | {q['samples_s']:.2f} | {q['cpu']:.2f} | "
+                  f"dpl/PyTorch | {q['samples_s']:.2f} | {q['cpu']:.2f} | | "
                   f"{q['peak_rss']:.2f} "
                   f"| {q['startup']:.2f} | {q['first_step']:.2f} | "
                   f"{q['to_first_step']:.2f} |")
+        if "ratio_base" in r:
+            q = r["ratio_base"]
+            print(f"| {r['case']} | {r['schedule']} | {r['dtype']} | "
+                  f"dpl/base | {q['samples_s']:.2f} | {q['cpu']:.2f} | | "
+                  f"{q['peak_rss']:.2f} | | | |")
     loads = [x for r in rows for x in r.get("loadavg_1min_per_round", [])]
     if loads:
         print(f"\n1-minute load average at the rounds' starts: "
@@ -336,6 +358,10 @@ def main(argv: list[str] | None = None) -> int:
                    help="bound on one launch, seconds (default 300)")
     p.add_argument("--build", default=os.path.join(launch.REPO, "build"),
                    help="dpl build tree (default <repo>/build)")
+    p.add_argument("--base", metavar="BUILD",
+                   help="another dpl build tree to run as side 'base' beside "
+                        "--build's (same Python package, its libraries), "
+                        "alternating with the other sides, with a dpl/base row")
     p.add_argument("--json", metavar="PATH", help="write the results here")
     p.add_argument("--quick", action="store_true",
                    help="smoke run: 1 round, 2 timed steps, 1 warm-up, "
@@ -349,8 +375,15 @@ def main(argv: list[str] | None = None) -> int:
             p.error(f"unknown case {c!r} (choose among a, b, c)")
     sides = a.sides.split(",")
     for s in sides:
-        if s not in ("torch", "dpl"):
-            p.error(f"unknown side {s!r} (torch, dpl)")
+        if s not in ("torch", "dpl", "base"):
+            p.error(f"unknown side {s!r} (torch, dpl, base)")
+    if a.base is not None:
+        if not os.path.isdir(a.base):
+            p.error(f"--base {a.base!r}: no such build tree")
+        if "base" not in sides:
+            sides.append("base")
+    elif "base" in sides:
+        p.error("side 'base' needs --base BUILD")
     if a.ranks not in (1, 2, 4, 8):
         p.error(f"--ranks must be 1, 2, 4 or 8 (got {a.ranks})")
     if a.rounds < 1:
@@ -363,7 +396,7 @@ def main(argv: list[str] | None = None) -> int:
     if a.json:
         doc = {"command": " ".join([os.path.basename(sys.executable)]
                                    + sys.argv),
-               "bind": a.bind,
+               "bind": a.bind, "base": a.base,
                "machine": {"platform": platform.platform(),
                            "cpus": os.cpu_count(),
                            "python": platform.python_version(),

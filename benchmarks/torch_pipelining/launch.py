@@ -42,7 +42,9 @@ class RunResult:
     launch until the last rank was ready to step; to_first_step_s: launch
     until the last rank had finished its first step; maxrss_kib: ru_maxrss per
     rank (KiB); wall_s: launch until every process had exited; extra:
-    cpu_s (CPU seconds of the timed steps per rank), main_s and imported_s
+    cpu_s (CPU seconds of the timed steps per rank), switches
+    ([voluntary, involuntary] context switches of the timed steps per
+    rank), main_s and imported_s
     (launch until the last rank's script started / finished importing).
     """
 
@@ -66,7 +68,8 @@ def free_port() -> int:
 def dpl_env(build: str) -> dict[str, str]:
     """The environment for importing dpl from this tree against `build`:
     PYTHONPATH gets bindings/python/src, DPL_LIBRARY_PATH the folders of
-    the build's libdpl*.so (install-test trees left out); variables the
+    the build's libdpl*.so (installed copies left out: install-test,
+    installed, the pip test's pyvenv-pip); variables the
     caller already set win."""
     env = dict(os.environ)
     src = os.path.join(REPO, "bindings", "python", "src")
@@ -75,7 +78,10 @@ def dpl_env(build: str) -> dict[str, str]:
     if "DPL_LIBRARY_PATH" not in env:
         dirs = set()
         for root, _dirs, files in os.walk(build):
-            if "install-test" in root:
+            rel = os.path.relpath(root, build).split(os.sep)
+            # installed copies (install tests, the pip test's venv) would
+            # shadow the tree's own libraries
+            if any(p.startswith(("install", "pyvenv")) for p in rel):
                 continue
             if any(f.startswith("libdpl") and f.endswith(".so")
                    for f in files):
@@ -200,6 +206,7 @@ def _run(rundir, side, case, nprocs, iters, warmup, timeout,
                      maxrss_kib=[x["maxrss_kib"] for x in res],
                      wall_s=wall, iters=iters,
                      extra={"cpu_s": [x["cpu_s"] for x in res],
+                            "switches": [x["switches"] for x in res],
                             "main_s": max(x["main"] for x in res) - t0,
                             "imported_s": max(x["imported"] for x in res) - t0,
                             "stamps": [{k: v - t0 for k, v in x["stamps"].items()}

@@ -21,7 +21,8 @@ python -m dpl.run). The rank:
    alone for the callback case "tiny");
 4. writes DIR/result.R (JSON): seconds of the timed steps, of the first
    step, the ready stamp, time.time() at the first step's end,
-   ru_maxrss (KiB), the CPU seconds of the timed steps, and the stamps of
+   ru_maxrss (KiB), the CPU seconds of the timed steps, its voluntary
+   and involuntary context switches (getrusage), and the stamps of
    the script's first line and of the end of its imports (torch, models).
 
 Every wait is bounded by --timeout; a rank that fails exits non-zero and
@@ -176,15 +177,18 @@ def main(argv: list[str] | None = None) -> int:
         step()
     file_barrier(a.rundir, "timed", rank, world, a.timeout)
     c = cpu_seconds()
+    ru0 = resource.getrusage(resource.RUSAGE_SELF)
     t = time.perf_counter()
     for _ in range(a.iters):
         step()
     seconds = time.perf_counter() - t
     cpu = cpu_seconds() - c
+    ru1 = resource.getrusage(resource.RUSAGE_SELF)
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     out = {"rank": rank, "seconds": seconds, "first_step_s": first,
            "ready": ready, "first_end": first_end, "maxrss_kib": rss, "iters": a.iters,
            "cpu_s": cpu, "main": T_MAIN, "imported": T_IMPORTED,
+           "switches": [ru1.ru_nvcsw - ru0.ru_nvcsw, ru1.ru_nivcsw - ru0.ru_nivcsw],
            "stamps": STAMPS}
     with open(os.path.join(a.rundir, f"result.{rank}"), "w") as f:
         json.dump(out, f)
