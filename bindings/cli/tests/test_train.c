@@ -343,22 +343,30 @@ Test(train, a_plan_from_the_planner_runs_and_matches_one_device,
      .timeout = 120)
 {
 	char plan[] = "/tmp/dpl-train-plan-XXXXXX", cmd[1024], args[512];
-	char text[1 << 16], want[128];
+	char text[1 << 16], want[128], profile[512];
+	const char *dir = getenv("DPL_PROFILES");
 	struct out o;
 	cJSON *pj, *stage;
-	int fd = mkstemp(plan), st, world = 0, stages = 0;
+	int fd, st, world = 0, stages = 0;
 	size_t n;
 	FILE *f;
 
+	/* The paper's profiles live outside the repository. */
+	snprintf(profile, sizeof profile, "%s/vgg-19-pbs-32.txt",
+		 dir && *dir ? dir : DPL_PROFILES_DIR);
+	if (access(profile, R_OK) != 0)
+		cr_skip_test("profile %s not found (set DPL_PROFILES or "
+			     "configure DPL_PROFILES_DIR)", profile);
+	fd = mkstemp(plan);
 	cr_assert_geq(fd, 0);
 	close(fd);
 	/* VGG-19 on 16 devices: an uneven plan (such as 8:4:3:1). */
-	snprintf(cmd, sizeof cmd, "%s plan --profile %s/vgg-19-pbs-32.txt "
+	snprintf(cmd, sizeof cmd, "%s plan --profile %s "
 		 "--pbs 32 --gbs 64 --cluster paper-b --max-stages 4 "
-		 "--out %s > /dev/null 2>&1", DPL_CLI_PATH, DPL_PROFILES_DIR,
-		 plan);
+		 "--out %s > /dev/null 2>&1", DPL_CLI_PATH, profile, plan);
 	st = system(cmd);
-	cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0, "dpl plan failed");
+	cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0, "dpl plan --profile "
+		  "%s failed", profile);
 	f = fopen(plan, "r");
 	n = fread(text, 1, sizeof text - 1, f);
 	fclose(f);
