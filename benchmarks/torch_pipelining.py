@@ -99,6 +99,18 @@ def _summary(runs: list[launch.RunResult], batch: int) -> dict:
             "rss_mib_per_rank": [[k / 1024.0 for k in r.maxrss_kib] for r in runs]}
 
 
+# a ratio's name: the _summary() field it divides
+_RATIO_OF = {"samples_s": "samples_s_median", "cpu": "cpu_s_per_step",
+             "peak_rss": "peak_rss_mib", "startup": "startup_s_median",
+             "first_step": "first_step_s_median",
+             "to_first_step": "to_first_step_s_median"}
+
+
+def _ratios(num: dict, den: dict, names) -> dict:
+    """num / den of two sides' summaries for each ratio name."""
+    return {k: num[_RATIO_OF[k]] / den[_RATIO_OF[k]] for k in names}
+
+
 def bench_cases(args, sides: list[str]) -> list[dict]:
     """Run every case, sides alternating per round; returns one row each."""
     rows = []
@@ -143,22 +155,10 @@ def bench_cases(args, sides: list[str]) -> list[dict]:
             if runs[side]:
                 row[side] = _summary(runs[side], case.batch)
         if all(s in row for s in ("torch", "dpl")):
-            t, d = row["torch"], row["dpl"]
-            row["ratio"] = {
-                "samples_s": d["samples_s_median"] / t["samples_s_median"],
-                "cpu": d["cpu_s_per_step"] / t["cpu_s_per_step"],
-                "peak_rss": d["peak_rss_mib"] / t["peak_rss_mib"],
-                "startup": d["startup_s_median"] / t["startup_s_median"],
-                "first_step": d["first_step_s_median"] / t["first_step_s_median"],
-                "to_first_step": (d["to_first_step_s_median"]
-                                  / t["to_first_step_s_median"]),
-            }
+            row["ratio"] = _ratios(row["dpl"], row["torch"], _RATIO_OF)
         if all(s in row for s in ("base", "dpl")):
-            b, d = row["base"], row["dpl"]
-            row["ratio_base"] = {
-                "samples_s": d["samples_s_median"] / b["samples_s_median"],
-                "cpu": d["cpu_s_per_step"] / b["cpu_s_per_step"],
-                "peak_rss": d["peak_rss_mib"] / b["peak_rss_mib"]}
+            row["ratio_base"] = _ratios(row["dpl"], row["base"],
+                                        ("samples_s", "cpu", "peak_rss"))
         rows.append(row)
     return rows
 

@@ -50,12 +50,6 @@ import models  # noqa: E402
 T_IMPORTED = time.time()
 
 
-def cpu_seconds() -> float:
-    """User + system CPU seconds of this process so far."""
-    r = resource.getrusage(resource.RUSAGE_SELF)
-    return r.ru_utime + r.ru_stime
-
-
 def env_rank() -> tuple[int, int]:
     """(rank, world size) from DPL_* or torchrun's variables."""
     for r, w in (("DPL_RANK", "DPL_WORLD_SIZE"), ("RANK", "WORLD_SIZE")):
@@ -176,17 +170,16 @@ def main(argv: list[str] | None = None) -> int:
     for _ in range(a.warmup):
         step()
     file_barrier(a.rundir, "timed", rank, world, a.timeout)
-    c = cpu_seconds()
     ru0 = resource.getrusage(resource.RUSAGE_SELF)
     t = time.perf_counter()
     for _ in range(a.iters):
         step()
     seconds = time.perf_counter() - t
-    cpu = cpu_seconds() - c
     ru1 = resource.getrusage(resource.RUSAGE_SELF)
-    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    cpu = ru1.ru_utime + ru1.ru_stime - ru0.ru_utime - ru0.ru_stime
     out = {"rank": rank, "seconds": seconds, "first_step_s": first,
-           "ready": ready, "first_end": first_end, "maxrss_kib": rss, "iters": a.iters,
+           "ready": ready, "first_end": first_end, "maxrss_kib": ru1.ru_maxrss,
+           "iters": a.iters,
            "cpu_s": cpu, "main": T_MAIN, "imported": T_IMPORTED,
            "switches": [ru1.ru_nvcsw - ru0.ru_nvcsw, ru1.ru_nivcsw - ru0.ru_nivcsw],
            "stamps": STAMPS}

@@ -3,7 +3,8 @@
  * NULL-terminated list, stdout and stderr captured through files in the
  * test's scratch directory, exit status returned. cli_run() and RUN need
  * DPL_CLI_PATH (dpl_test_uses_cli() in CMake); cli_spawn() runs any
- * program the same way.
+ * program the same way. cli_need_profile() finds one of the paper's
+ * profiles or skips the test.
  */
 #ifndef DPL_TEST_CLI_RUN_H
 #define DPL_TEST_CLI_RUN_H
@@ -11,7 +12,9 @@
 #include <fcntl.h>
 #include <spawn.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <criterion/criterion.h>
 
@@ -71,6 +74,21 @@ static inline void cli_run(struct cli_res *r, const char *dir,
 			   const char *const *args)
 {
 	cli_spawn(r, dir, DPL_CLI_PATH, args);
+}
+#endif
+
+#ifdef DPL_PROFILES_DIR
+/* The path of profile `name` in DPL_PROFILES (when set and not empty)
+ * or the configured DPL_PROFILES_DIR, the directories `dpl plan` looks
+ * in; skips the test naming the path when it cannot be read. */
+static inline void cli_need_profile(char *path, size_t n, const char *name)
+{
+	const char *dir = getenv("DPL_PROFILES");
+
+	snprintf(path, n, "%s/%s", dir && *dir ? dir : DPL_PROFILES_DIR, name);
+	if (access(path, R_OK) != 0)
+		cr_skip_test("profile %s not found (set DPL_PROFILES or "
+			     "configure DPL_PROFILES_DIR)", path);
 }
 #endif
 

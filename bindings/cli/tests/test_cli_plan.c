@@ -24,14 +24,10 @@
 
 
 static char dir[] = "/tmp/dpl-cli-plan-XXXXXX";
-static char profiles[512];
 
 static void setup(void)
 {
-	const char *env = getenv("DPL_PROFILES");
-
 	cr_assert_not_null(mkdtemp(dir));
-	snprintf(profiles, sizeof profiles, "%s", env ? env : DPL_PROFILES_DIR);
 }
 
 static void teardown(void)
@@ -42,15 +38,6 @@ static void teardown(void)
 	cr_assert_eq(system(cmd), 0);
 }
 
-static void need_profile(char *path, size_t n, const char *name)
-{
-	struct stat sb;
-
-	snprintf(path, n, "%s/%s", profiles, name);
-	if (stat(path, &sb) != 0)
-		cr_skip_test("profiles absent: %s not found (set DPL_PROFILES)",
-			     path);
-}
 
 
 
@@ -112,7 +99,7 @@ Test(cli_plan, vgg_plan_file_invariants_and_replay, .timeout = 120)
 	uint64_t seen = 0;
 	double pred, mk;
 
-	need_profile(prof, sizeof prof, "vgg-19-pbs-32.txt");
+	cli_need_profile(prof, sizeof prof, "vgg-19-pbs-32.txt");
 	snprintf(out, sizeof out, "%s/plan.json", dir);
 	RUN(&r, "plan", "--profile", prof, "--pbs", "32", "--gbs", "512",
 	    "--cluster", "paper-a", "--format", "json", "--out", out);
@@ -190,7 +177,7 @@ Test(cli_plan, no_fit_exits_1_naming_the_stage, .timeout = 120)
 	char prof[1024], cl[512];
 	FILE *f;
 
-	need_profile(prof, sizeof prof, "bert-48-pbs-2.txt");
+	cli_need_profile(prof, sizeof prof, "bert-48-pbs-2.txt");
 	/* 2 devices of 1 GB cannot hold BERT-48's 2.5 GB of weights. */
 	snprintf(cl, sizeof cl, "%s/tiny.json", dir);
 	f = fopen(cl, "w");
@@ -220,7 +207,7 @@ Test(cli_plan, activation_bytes_feed_byte_caps, .timeout = 120)
 	size_t na = 0, nc = 0;
 	int n = 0;
 
-	need_profile(prof, sizeof prof, "vgg-19-pbs-32.txt");
+	cli_need_profile(prof, sizeof prof, "vgg-19-pbs-32.txt");
 	RUN(&r, "plan", "--profile", prof, "--pbs", "32", "--gbs", "256",
 	    "--cluster", "paper-a");
 	cr_assert_eq(r.code, 0, "%s", r.err);

@@ -209,16 +209,11 @@ Test(cli_svg, plan_picture_in_milliseconds)
 	static struct cli_res r;
 	static char buf[1 << 18];
 	char prof[512], plan[256], path[256], want[64];
-	const char *env = getenv("DPL_PROFILES"), *m;
-	struct stat sb;
+	const char *m;
 	cJSON *o;
 	size_t n;
 
-	snprintf(prof, sizeof prof, "%s/vgg-19-pbs-32.txt",
-		 env ? env : DPL_PROFILES_DIR);
-	if (stat(prof, &sb) != 0)
-		cr_skip_test("profiles absent: %s not found (set DPL_PROFILES)",
-			     prof);
+	cli_need_profile(prof, sizeof prof, "vgg-19-pbs-32.txt");
 	snprintf(plan, sizeof plan, "%s/plan.json", dir);
 	snprintf(path, sizeof path, "%s/plan.svg", dir);
 	RUN(&r, "plan", "--profile", prof, "--pbs", "32", "--gbs", "512",

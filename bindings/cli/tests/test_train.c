@@ -20,6 +20,8 @@
 
 #include <cjson/cJSON.h>
 
+#include "cli_run.h"
+
 struct out {
 	int status;  /* exit code */
 	char *text;  /* stdout and stderr */
@@ -344,19 +346,13 @@ Test(train, a_plan_from_the_planner_runs_and_matches_one_device,
 {
 	char plan[] = "/tmp/dpl-train-plan-XXXXXX", cmd[1024], args[512];
 	char text[1 << 16], want[128], profile[512];
-	const char *dir = getenv("DPL_PROFILES");
 	struct out o;
 	cJSON *pj, *stage;
 	int fd, st, world = 0, stages = 0;
 	size_t n;
 	FILE *f;
 
-	/* The paper's profiles live outside the repository. */
-	snprintf(profile, sizeof profile, "%s/vgg-19-pbs-32.txt",
-		 dir && *dir ? dir : DPL_PROFILES_DIR);
-	if (access(profile, R_OK) != 0)
-		cr_skip_test("profile %s not found (set DPL_PROFILES or "
-			     "configure DPL_PROFILES_DIR)", profile);
+	cli_need_profile(profile, sizeof profile, "vgg-19-pbs-32.txt");
 	fd = mkstemp(plan);
 	cr_assert_geq(fd, 0);
 	close(fd);

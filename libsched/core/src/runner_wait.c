@@ -91,8 +91,7 @@ int8_t dpl__wait_score(int8_t score, uint64_t waited_ns)
  * count (benchmarks/callgrind_runner_overhead.sh). */
 DPL__NOINLINE int dpl__wait_for(dpl_runner *r, dpl__done_fn done, void *arg)
 {
-	uint64_t t0 = 0, now = 0, deadline = 0, left, window = 0;
-	uint64_t nap = done == dpl__event_done ? DPL__EVENT_NAP_NS : DPL__NAP_NS;
+	uint64_t t0 = 0, now = 0, deadline = 0, left, nap, window = 0;
 	uint32_t spins = 0, peer = DPL__NONE;
 	char t[DPL_ACTION_TEXT_MAX];
 	int rc, n;
@@ -152,6 +151,8 @@ DPL__NOINLINE int dpl__wait_for(dpl_runner *r, dpl__done_fn done, void *arg)
 		}
 		left = deadline - now;
 		if (r->t != NULL && r->t->can_wait) {
+			nap = done == dpl__event_done ? DPL__EVENT_NAP_NS
+						      : DPL__NAP_NS;
 			rc = dpl_transport_wait(r->t, left < nap ? left : nap);
 			if (rc < 0) {
 				rc = dpl__fail(r, rc, "transport %s: wait: %s",
