@@ -39,7 +39,13 @@ every round) and a row dpl/base follows. Also per case (unless --no-serial), onc
 round in this process: the case's torch work alone (every stage's
 forward, backward and SGD step, one thread, no pipeline), its CPU per
 step, and the ceiling it sets: batch x min(ranks, CPUs) / that CPU time,
-the samples/s neither side can pass on this host.
+the samples/s neither side can pass on this host; and each stage's work
+in its own process, all --ranks of them at once (stage_work.py: the
+same forward, backward and SGD step on inputs made up front, no
+transfers, no waits, pinned as the ranks are), their CPU per step
+together and batch x min(ranks, CPUs) / that: the ceiling once the
+processes share the CPUs, which costs each of them cache and switches
+even with no pipeline.
 
 Callback cost: the same 1F1B schedule over --cb-stages ranks with stages
 that multiply by one scalar parameter, one sample of two values per
@@ -120,11 +126,19 @@ def bench_cases(args, sides: list[str]) -> list[dict]:
         iters = args.iters or case.iters
         runs: dict[str, list[launch.RunResult]] = {s: [] for s in sides}
         errors: dict[str, str] = {}
-        load, serial = [], []
+        load, serial, shared = [], [], []
         for rnd in range(args.rounds):
             load.append(os.getloadavg()[0])
             if not args.no_serial:
                 serial.append(models.serial_cpu_seconds(case, args.ranks, iters))
+            if not args.no_serial and "work" not in errors:
+                try:
+                    shared.append(launch.stage_work(name, args.ranks, iters,
+                                                    args.timeout, args.bind))
+                except launch.RunError as e:
+                    errors["work"] = str(e)
+                    print(f"# {name} stage work failed: {str(e)[:2000]}",
+                          file=sys.stderr)
             order = sides if rnd % 2 == 0 else list(reversed(sides))
             for side in order:
                 if side in errors:
@@ -151,6 +165,13 @@ def bench_cases(args, sides: list[str]) -> list[dict]:
             row["serial_cpu_s_per_step"] = _med(serial)
             row["ceiling_samples_s"] = case.batch * cpus / _med(serial)
             row["ceiling_cpus"] = cpus
+        if shared:
+            # every stage's CPU per step while all of them share the CPUs
+            cpu = _med([sum(w["cpu_s"] for w in r) for r in shared])
+            cpus = min(args.ranks, len(os.sched_getaffinity(0)))
+            row["shared_cpu_s_per_step"] = cpu
+            row["shared_procs"] = args.ranks
+            row["shared_ceiling_samples_s"] = case.batch * cpus / cpu
         for side in sides:
             if runs[side]:
                 row[side] = _summary(runs[side], case.batch)
@@ -279,6 +300,12 @@ def _print_cases(rows: list[dict], sides: list[str]) -> None:
                   f"work alone on {r['ceiling_cpus']} CPUs (ceiling) | "
                   f"{_fmt(r['ceiling_samples_s'])} | "
                   f"{_fmt(r['serial_cpu_s_per_step'] * 1e3, 1)} | | | | | |")
+        if "shared_ceiling_samples_s" in r:
+            print(f"| {r['case']} | {r['schedule']} | {r['dtype']} | "
+                  f"stages' work, {r['shared_procs']} processes at once "
+                  f"(ceiling, CPUs shared) | "
+                  f"{_fmt(r['shared_ceiling_samples_s'])} | "
+                  f"{_fmt(r['shared_cpu_s_per_step'] * 1e3, 1)} | | | | | |")
         if "ratio" in r:
             q = r["ratio"]
             print(f"| {r['case']} | {r['schedule']} | {r['dtype']} | "
@@ -347,8 +374,8 @@ def main(argv: list[str] | None = None) -> int:
                    help="pin every rank of both sides to one CPU: core = rank mod "
                         "CPUs, fold = ranks r and N-1-r together (default none)")
     p.add_argument("--no-serial", action="store_true",
-                   help="skip each case's torch work alone in this process "
-                        "(the ceiling row)")
+                   help="skip each case's torch work alone, in this process "
+                        "and in one process per stage (the ceiling rows)")
     p.add_argument("--no-callback", action="store_true",
                    help="skip the callback-cost measurement")
     p.add_argument("--cb-stages", type=int, default=2)

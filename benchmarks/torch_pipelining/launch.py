@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
 WORKER = os.path.join(HERE, "worker.py")
+STAGE_WORK = os.path.join(HERE, "stage_work.py")
 
 
 class RunError(RuntimeError):
@@ -118,6 +119,73 @@ def _tail(rundir: str) -> str:
     return "\n".join(out)
 
 
+def _launch(cmds: list[tuple[list[str], dict[str, str]]], rundir: str,
+            timeout: float) -> tuple[str | None, float]:
+    """Start every command (output to rundir/launchI.log), wait for all,
+    bounded by `timeout` seconds; kill what is left. Returns (what went
+    wrong or None, wall seconds)."""
+    procs: list[subprocess.Popen] = []
+    logs = []
+    failed: str | None = "the processes could not be started"
+    wall = 0.0
+    t0 = time.time()
+    try:
+        for i, (cmd, e) in enumerate(cmds):
+            log = open(os.path.join(rundir, f"launch{i}.log"), "w")
+            logs.append(log)
+            procs.append(subprocess.Popen(cmd, env=e, stdout=log,
+                                          stderr=subprocess.STDOUT,
+                                          stdin=subprocess.DEVNULL,
+                                          start_new_session=True))
+        deadline = time.monotonic() + timeout
+        failed = None
+        while any(p.poll() is None for p in procs):
+            if time.monotonic() > deadline:
+                failed = f"ran past {timeout} s"
+                break
+            bad = [p for p in procs if p.poll() not in (None, 0)]
+            if bad:
+                failed = f"a process exited with status {bad[0].returncode}"
+                break
+            time.sleep(0.01)
+        wall = time.time() - t0
+        if failed is None:
+            bad = [p for p in procs if p.returncode != 0]
+            if bad:
+                failed = f"a process exited with status {bad[0].returncode}"
+    finally:
+        _kill(procs)
+        for log in logs:
+            log.close()
+    return failed, wall
+
+
+def stage_work(case: str, nprocs: int, iters: int, timeout: float,
+               bind: str = "none") -> list[dict[str, float]]:
+    """Every stage's torch work at once, one process per stage and no
+    pipeline (stage_work.py), pinned by `bind` as the ranks are:
+    [{"wall_s", "cpu_s"} per step] by stage.
+    Raises RunError on failure or past `timeout` seconds."""
+    rundir = tempfile.mkdtemp(prefix="dpl-bench-work-")
+    try:
+        env = dict(os.environ, OMP_NUM_THREADS="1")
+        cmds = [([sys.executable, STAGE_WORK, "--case", case, "--stage",
+                  str(k), "--stages", str(nprocs), "--rundir", rundir,
+                  "--iters", str(iters), "--timeout",
+                  str(max(10.0, timeout - 5.0)), "--bind", bind], env)
+                for k in range(nprocs)]
+        failed, _ = _launch(cmds, rundir, timeout)
+        if failed:
+            raise RunError(f"stage work {case}: {failed}\n{_tail(rundir)}")
+        out = []
+        for k in range(nprocs):
+            with open(os.path.join(rundir, f"work.{k}")) as f:
+                out.append(json.load(f))
+        return out
+    finally:
+        shutil.rmtree(rundir, ignore_errors=True)
+
+
 def run(side: str, case: str, nprocs: int, iters: int, warmup: int,
         timeout: float, torch_launcher: str = "torchrun",
         build: str = os.path.join(REPO, "build"),
@@ -156,39 +224,8 @@ def _run(rundir, side, case, nprocs, iters, warmup, timeout,
                      LOCAL_RANK=str(r), MASTER_ADDR="127.0.0.1",
                      MASTER_PORT=port)
             cmds.append(([py, *wargs], e))
-    procs: list[subprocess.Popen] = []
-    logs = []
-    failed: str | None = "the processes could not be started"
-    wall = 0.0
     t0 = time.time()
-    try:
-        for i, (cmd, e) in enumerate(cmds):
-            log = open(os.path.join(rundir, f"launch{i}.log"), "w")
-            logs.append(log)
-            procs.append(subprocess.Popen(cmd, env=e, stdout=log,
-                                          stderr=subprocess.STDOUT,
-                                          stdin=subprocess.DEVNULL,
-                                          start_new_session=True))
-        deadline = time.monotonic() + timeout
-        failed = None
-        while any(p.poll() is None for p in procs):
-            if time.monotonic() > deadline:
-                failed = f"ran past {timeout} s"
-                break
-            bad = [p for p in procs if p.poll() not in (None, 0)]
-            if bad:
-                failed = f"a process exited with status {bad[0].returncode}"
-                break
-            time.sleep(0.01)
-        wall = time.time() - t0
-        if failed is None:
-            bad = [p for p in procs if p.returncode != 0]
-            if bad:
-                failed = f"a process exited with status {bad[0].returncode}"
-    finally:
-        _kill(procs)
-        for log in logs:
-            log.close()
+    failed, wall = _launch(cmds, rundir, timeout)
     if failed:
         raise RunError(f"{side} {case}: {failed}\n{_tail(rundir)}")
     res = []

@@ -229,3 +229,38 @@ def serial_cpu_seconds(case: Case, stages: int, steps: int,
     for _ in range(steps):
         one()
     return (time.process_time() - t) / steps
+
+
+def stage_work(case: Case, stage: int, stages: int) -> Callable[[], None]:
+    """One step of stage `stage`'s torch work with no pipeline around it:
+    the forward and backward of every micro-batch on inputs made once up
+    front (the earlier stages' outputs, detached, as the stage receives
+    them), the last stage's loss or else a fixed output gradient, then an
+    SGD step and zero_grad as the ranks do. Returns the step function."""
+    torch.set_num_threads(1)
+    mods = [stage_module(case, s, stages) for s in range(stage + 1)]
+    mod = mods[stage]
+    opt = torch.optim.SGD(mod.parameters(), lr=1e-3)
+    x, y = batch_data(case)
+    ins = []
+    with torch.no_grad():
+        for xj in x.tensor_split(case.microbatches):
+            for m in mods[:stage]:
+                xj = m(xj)
+            ins.append(xj)
+    ys = y.tensor_split(case.microbatches)
+    lf = loss_fn(case)
+    last = stage == stages - 1
+
+    def one() -> None:
+        for xj, yj in zip(ins, ys):
+            inp = xj.detach().requires_grad_(stage > 0)
+            out = mod(inp)
+            if last:
+                torch.autograd.backward(lf(out, yj))
+            else:
+                torch.autograd.backward(out, torch.ones_like(out))
+        opt.step()
+        opt.zero_grad(set_to_none=False)
+
+    return one

@@ -73,6 +73,17 @@ def file_barrier(rundir: str, name: str, rank: int, world: int,
         time.sleep(0.0005)
 
 
+def pin(rank: int, world: int, how: str) -> None:
+    """Pin this process to one CPU by python -m dpl.run --bind's rule
+    (the same placement on every side): "core" = rank mod CPUs, "fold" =
+    ranks r and world-1-r together; "none" leaves it unpinned."""
+    if how == "none":
+        return
+    cpus = sorted(os.sched_getaffinity(0))
+    k = rank if how == "core" else min(rank, world - 1 - rank)
+    os.sched_setaffinity(0, {cpus[k % len(cpus)]})
+
+
 STAMPS: dict[str, float] = {}
 
 
@@ -132,10 +143,7 @@ def main(argv: list[str] | None = None) -> int:
 
     torch.set_num_threads(1)
     rank, world = env_rank()
-    if a.bind != "none":   # the same placement on both sides (dpl.run --bind's rule)
-        cpus = sorted(os.sched_getaffinity(0))
-        k = rank if a.bind == "core" else min(rank, world - 1 - rank)
-        os.sched_setaffinity(0, {cpus[k % len(cpus)]})
+    pin(rank, world, a.bind)
     if a.case == "tiny":
         case = models.tiny_case(world, a.tiny_microbatches, a.iters)
     else:
