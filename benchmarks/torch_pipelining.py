@@ -131,10 +131,10 @@ def bench_cases(args, sides: list[str]) -> list[dict]:
             load.append(os.getloadavg()[0])
             if not args.no_serial:
                 serial.append(models.serial_cpu_seconds(case, args.ranks, iters))
-            if not args.no_serial and "work" not in errors:
                 try:
-                    shared.append(launch.stage_work(name, args.ranks, iters,
-                                                    args.timeout, args.bind))
+                    if "work" not in errors:
+                        shared.append(launch.stage_work(
+                            name, args.ranks, iters, args.timeout, args.bind))
                 except launch.RunError as e:
                     errors["work"] = str(e)
                     print(f"# {name} stage work failed: {str(e)[:2000]}",
@@ -165,10 +165,8 @@ def bench_cases(args, sides: list[str]) -> list[dict]:
             row["serial_cpu_s_per_step"] = _med(serial)
             row["ceiling_samples_s"] = case.batch * cpus / _med(serial)
             row["ceiling_cpus"] = cpus
-        if shared:
-            # every stage's CPU per step while all of them share the CPUs
+        if shared:  # only with serial: every stage's CPU per step, CPUs shared
             cpu = _med([sum(w["cpu_s"] for w in r) for r in shared])
-            cpus = min(args.ranks, len(os.sched_getaffinity(0)))
             row["shared_cpu_s_per_step"] = cpu
             row["shared_procs"] = args.ranks
             row["shared_ceiling_samples_s"] = case.batch * cpus / cpu

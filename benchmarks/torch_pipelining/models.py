@@ -98,23 +98,28 @@ class Scale(nn.Module):
         return x * self.w
 
 
-def stage_module(case: Case, stage: int, stages: int) -> nn.Module:
-    """Stage `stage` of `stages` of the case's model.
+def stage_modules(case: Case, stages: int) -> list[nn.Module]:
+    """The case's model as `stages` stage modules, built once from SEED.
 
-    The whole model is built from SEED on every call, so every rank gets
-    the same parameters; layers are split into `stages` contiguous groups
-    of equal size (the layer count must divide evenly).
+    Every call builds the same parameters, so every rank gets the same
+    model; layers are split into `stages` contiguous groups of equal size
+    (the layer count must divide evenly).
     """
     torch.manual_seed(SEED)
     if case.kind == "tiny":
-        return Scale()
+        return [Scale() for _ in range(stages)]
     layers = _layers(case)
     if len(layers) % stages:
         raise ValueError(f"{len(layers)} layers do not split into "
                          f"{stages} equal stages")
     per = len(layers) // stages
-    mod = nn.Sequential(*layers[stage * per:(stage + 1) * per])
-    return mod.to(torch_dtype(case))
+    return [nn.Sequential(*layers[s * per:(s + 1) * per]).to(torch_dtype(case))
+            for s in range(stages)]
+
+
+def stage_module(case: Case, stage: int, stages: int) -> nn.Module:
+    """Stage `stage` of `stages` of the case's model (stage_modules)."""
+    return stage_modules(case, stages)[stage]
 
 
 def batch_data(case: Case) -> tuple[torch.Tensor, torch.Tensor]:
@@ -179,7 +184,7 @@ def tiny_ops_seconds(stages: int, microbatches: int, steps: int,
     stage's output detached, as a pipeline stage receives it)."""
     torch.set_num_threads(1)
     case = tiny_case(stages, microbatches, steps)
-    mods = [stage_module(case, s, stages) for s in range(stages)]
+    mods = stage_modules(case, stages)
     x, y = batch_data(case)
     lf = loss_fn(case)
 
@@ -209,7 +214,7 @@ def serial_cpu_seconds(case: Case, stages: int, steps: int,
     process. What `stages` ranks on C CPUs cannot beat: this over
     min(stages, C) per step."""
     torch.set_num_threads(1)
-    mods = [stage_module(case, s, stages) for s in range(stages)]
+    mods = stage_modules(case, stages)
     opts = [torch.optim.SGD(m.parameters(), lr=1e-3) for m in mods]
     x, y = batch_data(case)
     xs, ys = x.tensor_split(case.microbatches), y.tensor_split(case.microbatches)
@@ -238,7 +243,7 @@ def stage_work(case: Case, stage: int, stages: int) -> Callable[[], None]:
     them), the last stage's loss or else a fixed output gradient, then an
     SGD step and zero_grad as the ranks do. Returns the step function."""
     torch.set_num_threads(1)
-    mods = [stage_module(case, s, stages) for s in range(stage + 1)]
+    mods = stage_modules(case, stages)
     mod = mods[stage]
     opt = torch.optim.SGD(mod.parameters(), lr=1e-3)
     x, y = batch_data(case)

@@ -6,10 +6,10 @@ ceiling with the cores shared). Run by the launcher, never by hand:
 
 Every process builds its stage (models.stage_work), runs 2 untimed steps,
 meets the others at a file barrier, times `iters` steps, writes
-DIR/work.K (JSON: wall and CPU seconds per step), then keeps stepping
-untimed until every process has written its result, so that each one's
-CPU time is taken with all of them sharing the CPUs, as a pipeline's
-ranks do.
+DIR/work.K (JSON: wall and CPU seconds per step; the launcher reads it
+once every process has exited), then keeps stepping untimed while it
+waits at a second barrier, so that each one's CPU time is taken with
+all of them sharing the CPUs, as a pipeline's ranks do.
 Every wait is bounded by --timeout.
 """
 from __future__ import annotations
@@ -48,17 +48,10 @@ def main(argv: list[str] | None = None) -> int:
         one()
     out = {"wall_s": (time.perf_counter() - t) / a.iters,
            "cpu_s": (time.process_time() - c) / a.iters}
-    tmp = os.path.join(a.rundir, f"work.{a.stage}.tmp")
-    with open(tmp, "w") as f:
+    with open(os.path.join(a.rundir, f"work.{a.stage}"), "w") as f:
         json.dump(out, f)
-    os.replace(tmp, os.path.join(a.rundir, f"work.{a.stage}"))
-    deadline = time.monotonic() + a.timeout
-    paths = [os.path.join(a.rundir, f"work.{k}") for k in range(a.stages)]
-    while not all(os.path.exists(q) for q in paths):
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"not every stage of {a.stages} finished "
-                               f"within {a.timeout} s")
-        one()
+    # Keep the CPUs as busy as the others see them until all are timed.
+    file_barrier(a.rundir, "work-done", a.stage, a.stages, a.timeout, one)
     return 0
 
 

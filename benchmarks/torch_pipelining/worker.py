@@ -39,6 +39,7 @@ import json
 import os
 import resource
 import sys
+from typing import Callable
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
@@ -60,8 +61,10 @@ def env_rank() -> tuple[int, int]:
 
 
 def file_barrier(rundir: str, name: str, rank: int, world: int,
-                 timeout: float) -> None:
-    """Wait until every rank has reached barrier `name`; bounded."""
+                 timeout: float,
+                 idle: Callable[[], object] = lambda: time.sleep(0.0005)) -> None:
+    """Wait until every rank has reached barrier `name`, calling `idle`
+    between looks (by default a 0.5 ms sleep); bounded by `timeout`."""
     with open(os.path.join(rundir, f"{name}.{rank}"), "w") as f:
         f.write(repr(time.time()))
     deadline = time.monotonic() + timeout
@@ -70,7 +73,7 @@ def file_barrier(rundir: str, name: str, rank: int, world: int,
         if time.monotonic() > deadline:
             raise TimeoutError(f"barrier {name!r}: not every rank of {world} "
                                f"arrived within {timeout} s")
-        time.sleep(0.0005)
+        idle()
 
 
 def pin(rank: int, world: int, how: str) -> None:

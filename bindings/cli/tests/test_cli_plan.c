@@ -21,8 +21,6 @@
 
 #include "cli_run.h"
 
-
-
 static char dir[] = "/tmp/dpl-cli-plan-XXXXXX";
 
 static void setup(void)
@@ -37,10 +35,6 @@ static void teardown(void)
 	snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
 	cr_assert_eq(system(cmd), 0);
 }
-
-
-
-
 
 static double num(const cJSON *o, const char *key)
 {
