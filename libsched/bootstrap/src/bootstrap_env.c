@@ -1,12 +1,19 @@
 /*
  * bootstrap_env.c - the rendezvous from the environment
  * (dpl_bootstrap_open_env()): rank, world size and root address from
- * DPL_* or torchrun's variables.
+ * DPL_* or torchrun's variables; rank 0's listener inherited from its
+ * launcher (DPL_ROOT_FD).
  */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 
 #include "bootstrap_internal.h"
 
@@ -82,6 +89,64 @@ int dpl__bs_env_root(char *buf, size_t size)
 	return 0;
 }
 
+/* Set once a rank-0 open has taken the descriptor DPL_ROOT_FD names:
+ * later opens bind their root themselves (the number may by then name
+ * another file). */
+static atomic_bool listener_taken;
+
+int dpl__bs_env_listener(unsigned port, int *fd_out)
+{
+	const char *v = getenv("DPL_ROOT_FD");
+	struct sockaddr_storage ss;
+	socklen_t sl = sizeof ss;
+	int fd, type = 0, dom = 0, acc = 0, fl;
+	socklen_t il = sizeof(int);
+	uint32_t x;
+	unsigned bound;
+
+	*fd_out = -1;
+	if (v == NULL || atomic_load(&listener_taken))
+		return 0;
+	if (parse_u32(v, &x) != 0 || x > INT32_MAX)
+		return dpl_set_error(DPL_EINVAL, "bootstrap: DPL_ROOT_FD='%s' is "
+				  "not a file descriptor (a decimal integer)",
+				  v);
+	fd = (int)x;
+	if (fcntl(fd, F_GETFD) < 0)
+		return dpl_set_error(DPL_EINVAL, "bootstrap: DPL_ROOT_FD=%d is not "
+				  "an open file descriptor: %s", fd,
+				  strerror(errno));
+	if (getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &il) != 0 ||
+	    getsockopt(fd, SOL_SOCKET, SO_DOMAIN, &dom, &il) != 0 ||
+	    type != SOCK_STREAM || (dom != AF_INET && dom != AF_INET6))
+		return dpl_set_error(DPL_EINVAL, "bootstrap: DPL_ROOT_FD=%d is not "
+				  "a TCP socket", fd);
+	if (getsockopt(fd, SOL_SOCKET, SO_ACCEPTCONN, &acc, &il) != 0 ||
+	    acc == 0)
+		return dpl_set_error(DPL_EINVAL, "bootstrap: DPL_ROOT_FD=%d is a "
+				  "TCP socket that does not listen", fd);
+	if (getsockname(fd, (struct sockaddr *)&ss, &sl) != 0)
+		return dpl_set_error(DPL_EIO, "bootstrap: DPL_ROOT_FD=%d: "
+				  "getsockname: %s", fd, strerror(errno));
+	bound = ntohs(ss.ss_family == AF_INET6
+		      ? ((struct sockaddr_in6 *)&ss)->sin6_port
+		      : ((struct sockaddr_in *)&ss)->sin_port);
+	if (port != 0 && bound != port)
+		return dpl_set_error(DPL_EINVAL, "bootstrap: DPL_ROOT_FD=%d listens "
+				  "on port %u, not on the root's port %u", fd,
+				  bound, port);
+	fl = fcntl(fd, F_GETFL);
+	if (fl < 0 || fcntl(fd, F_SETFL, fl | O_NONBLOCK) != 0 ||
+	    fcntl(fd, F_SETFD, FD_CLOEXEC) != 0)
+		return dpl_set_error(DPL_EIO, "bootstrap: DPL_ROOT_FD=%d: fcntl: "
+				  "%s", fd, strerror(errno));
+	/* Another thread's open may have taken it meanwhile: then it is
+	 * that one's. */
+	if (!atomic_exchange(&listener_taken, true))
+		*fd_out = fd;
+	return 0;
+}
+
 int dpl_bootstrap_open_env(uint32_t timeout_ms, dpl_bootstrap **out)
 {
 	struct dpl_bootstrap_params p;
@@ -108,10 +173,13 @@ int dpl_bootstrap_open_env(uint32_t timeout_ms, dpl_bootstrap **out)
 	if (p.rank >= p.world_size)
 		return dpl_set_error(DPL_EINVAL, "bootstrap: %s=%u is not below "
 				  "%s=%u", rn, p.rank, wn, p.world_size);
+	/* Checked here so that its error comes before any socket is
+	 * touched; dpl_bootstrap_open reads it again (root NULL), and then
+	 * takes rank 0's inherited listener too. */
 	rc = dpl__bs_env_root(root, sizeof root);
 	if (rc != 0)
 		return rc;
-	p.root = root;
+	p.root = NULL;
 	p.timeout_ms = timeout_ms;
 	return dpl_bootstrap_open(&p, out);
 }

@@ -118,6 +118,9 @@ struct dpl_bootstrap {
 			       others: fd[0] to rank 0 */
 	char host[BS_HOST_MAX];
 	unsigned port;      /* bound (rank 0) or connected to */
+	int lfd;            /* rank 0: the listener inherited through
+			       DPL_ROOT_FD until the rendezvous takes it,
+			       else -1 */
 	bool v6;            /* host needs brackets when printed */
 	int broken;         /* error of an earlier failed collective */
 	uint32_t dead;      /* the rank whose death broke it, or BS_NONE */
@@ -292,5 +295,17 @@ void dpl__bs_peer_name(int fd, char *out);
  * MASTER_PORT + 1. DPL_EINVAL naming the variable at fault.
  */
 int dpl__bs_env_root(char *buf, size_t size);
+
+/*
+ * Rank 0's listener inherited from its launcher: the descriptor
+ * DPL_ROOT_FD names, checked to be a listening TCP socket bound to
+ * `port` (any port when 0) and made non-blocking and close-on-exec, into
+ * *fd (which the caller then owns); -1 when DPL_ROOT_FD is not set or an
+ * earlier call in this process took it. DPL_EINVAL naming the value
+ * (not a number, not open, not a TCP socket, not listening, another
+ * port); a descriptor that fails a check is left as it is and not taken,
+ * so every later open fails the same way.
+ */
+int dpl__bs_env_listener(unsigned port, int *fd);
 
 #endif /* DPL_BOOTSTRAP_INTERNAL_H */

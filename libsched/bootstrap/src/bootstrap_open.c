@@ -37,6 +37,13 @@ static int listen_root(dpl_bootstrap *b, int *lfd_out)
 	struct addrinfo *ai, *a;
 	int lfd = -1, err = 0, one = 1, rc;
 
+	if (b->lfd >= 0) {
+		/* Bound by the launcher before it started the ranks, so no
+		 * other process can take the port in between. */
+		lfd = b->lfd;
+		b->lfd = -1;
+		goto bound;
+	}
 	rc = dpl__bs_resolve(b->host, b->port, &ai);
 	if (rc != 0)
 		return rc;
@@ -63,6 +70,7 @@ static int listen_root(dpl_bootstrap *b, int *lfd_out)
 				  "%s%s%s:%u: %s", b->v6 ? "[" : "", b->host,
 				  b->v6 ? "]" : "", b->port, strerror(err));
 	}
+bound:
 	if (b->port == 0) {
 		struct sockaddr_storage ss;
 		socklen_t sl = sizeof ss;
@@ -437,7 +445,6 @@ static int join_root(dpl_bootstrap *b, uint64_t deadline)
 
 /* ---- open / close ---------------------------------------------------- */
 
-
 int dpl_bootstrap_open(const struct dpl_bootstrap_params *p,
 		       dpl_bootstrap **out)
 {
@@ -461,6 +468,7 @@ int dpl_bootstrap_open(const struct dpl_bootstrap_params *p,
 	if (b == NULL)
 		return dpl_set_error(DPL_ENOMEM, "bootstrap: out of memory");
 	b->dead = BS_NONE;
+	b->lfd = -1;
 	root = p->root;
 	if (root == NULL) {
 		rc = dpl__bs_env_root(envroot, sizeof envroot);
@@ -476,6 +484,11 @@ int dpl_bootstrap_open(const struct dpl_bootstrap_params *p,
 				"port 0, which only rank 0 may use (rank %u "
 				"cannot connect to it)", root, p->rank);
 		goto fail;
+	}
+	if (p->root == NULL && p->rank == 0) {
+		rc = dpl__bs_env_listener(b->port, &b->lfd);
+		if (rc != 0)
+			goto fail;
 	}
 	b->rank = p->rank;
 	b->world = p->world_size;
@@ -514,6 +527,7 @@ void dpl_bootstrap_close(dpl_bootstrap *b)
 		for (r = 0; r < b->world; r++)
 			dpl__bs_close_fd(&b->fd[r]);
 	free(b->fd);
+	dpl__bs_close_fd(&b->lfd);
 	OPENSSL_cleanse(b->key, sizeof b->key);
 	free(b);
 }

@@ -18,6 +18,18 @@
  * variables dpl listens on MASTER_PORT + 1, because torchrun's agent (or
  * torch.distributed's store) already holds MASTER_PORT itself.
  *
+ * A launcher that starts the ranks itself can bind and listen on the
+ * root first and hand rank 0 that socket: DPL_ROOT_FD names the
+ * inherited descriptor, a listening TCP socket on DPL_ROOT's port (`dpl
+ * train --nprocs` and `python -m dpl.run` do this). Rank 0 then listens
+ * on it instead of binding the port itself, so no other process can take
+ * the port between the launcher choosing it and rank 0 listening. Read
+ * only by rank 0, only when the root comes from the environment, and
+ * only until one such open in a process has taken it: that open owns the
+ * descriptor from then on (closes it when the rendezvous ends) and later
+ * opens bind the root themselves. A value that is not such a socket fails
+ * the open with DPL_EINVAL naming it and is left as it is.
+ *
  * The job secret: every rank reads DPL_JOB_SECRET (16..1024 bytes; `dpl
  * train --nprocs` and `python -m dpl.run` put 64 fresh random hex digits
  * there for each job, as a per-job unique id). A joining rank and rank 0
@@ -73,7 +85,8 @@ struct dpl_bootstrap_params {
 	const char *root;    /* "host:port" of rank 0; "host:0" lets rank 0
 				pick a port (see dpl_bootstrap_root); NULL:
 				from the environment (DPL_ROOT, else
-				MASTER_ADDR:MASTER_PORT + 1) */
+				MASTER_ADDR:MASTER_PORT + 1; rank 0 then
+				takes DPL_ROOT_FD, see above) */
 	uint32_t timeout_ms; /* for open and every collective; 0 = 60000 */
 };
 
@@ -86,8 +99,9 @@ typedef struct dpl_bootstrap dpl_bootstrap;
  * binds root (loopback or the given host only, never a wildcard address
  * unless asked with "0.0.0.0"). Reads DPL_JOB_SECRET (see above). On
  * success *out owns the handle.
- * Errors: DPL_EINVAL (rank, world size, root or DPL_JOB_SECRET's length
- * malformed, named; rank 0 did not prove the job secret),
+ * Errors: DPL_EINVAL (rank, world size, root, DPL_ROOT_FD or
+ * DPL_JOB_SECRET's length malformed, named; rank 0 did not prove the job
+ * secret),
  * DPL_ETIMEDOUT ("ranks 2, 3 never arrived" / "root 127.0.0.1:29500 did
  * not answer"), DPL_EBUSY (a rank arrived twice), DPL_EIO (socket
  * errors, with errno's text), DPL_ENOMEM.
