@@ -1,9 +1,9 @@
 /*
- * launch.c - local multi-process launch for `dpl train --nprocs N`: pick a
- * free loopback port for the rendezvous, fork and exec one process per
- * rank with a fresh job secret and the cause pipe, and wait for them with
- * a bound once one failed or stopped; launch_report.c names the rank that
- * caused the failure.
+ * launch.c - local multi-process launch for `dpl train --nprocs N`: listen
+ * on a loopback port for the rendezvous (rank 0 inherits the socket),
+ * fork and exec one process per rank with a fresh job secret and the
+ * cause pipe, and wait for them with a bound once one failed or stopped;
+ * launch_report.c names the rank that caused the failure.
  */
 #define _POSIX_C_SOURCE 200809L
 #include <errno.h>
@@ -47,25 +47,34 @@ static double now_s(void)
 	return (double)dpl_clock_ns() / 1e9;
 }
 
-/* A port on 127.0.0.1 nobody listens on right now. */
-static int free_port(unsigned *port)
+/*
+ * The rendezvous's listener: a TCP socket on 127.0.0.1, port chosen by
+ * the kernel, listening with room for every rank, close-on-exec. Rank 0
+ * inherits it (DPL_ROOT_FD, dpl/bootstrap.h), so that the port is held
+ * from here on and no other process can take it before rank 0 listens.
+ */
+static int root_listener(uint32_t nprocs, int *fd, unsigned *port)
 {
 	struct sockaddr_in a;
 	socklen_t len = sizeof a;
-	int fd = socket(AF_INET, SOCK_STREAM, 0);
+	int s = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
 
-	if (fd < 0)
+	if (s < 0)
 		return -1;
 	memset(&a, 0, sizeof a);
 	a.sin_family = AF_INET;
 	a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-	if (bind(fd, (struct sockaddr *)&a, sizeof a) != 0 ||
-	    getsockname(fd, (struct sockaddr *)&a, &len) != 0) {
-		close(fd);
+	if (bind(s, (struct sockaddr *)&a, sizeof a) != 0 ||
+	    listen(s, (int)(nprocs < 1024 ? nprocs : 1024)) != 0 ||
+	    getsockname(s, (struct sockaddr *)&a, &len) != 0) {
+		int err = errno;
+
+		close(s);
+		errno = err;
 		return -1;
 	}
 	*port = ntohs(a.sin_port);
-	close(fd);
+	*fd = s;
 	return 0;
 }
 
@@ -193,7 +202,7 @@ static int job_secret(char *hex)
 }
 
 static void child(const struct cli_launch *p, const char *exe,
-		  uint32_t rank, unsigned port, pid_t parent,
+		  uint32_t rank, int root_fd, unsigned port, pid_t parent,
 		  const char *secret, int cause_fd)
 {
 	char v[64];
@@ -208,6 +217,13 @@ static void child(const struct cli_launch *p, const char *exe,
 	setenv("DPL_WORLD_SIZE", v, 1);
 	snprintf(v, sizeof v, "127.0.0.1:%u", port);
 	setenv("DPL_ROOT", v, 1);
+	/* Rank 0 listens on the socket bound above, kept across exec. */
+	if (rank == 0 && fcntl(root_fd, F_SETFD, 0) == 0) {
+		snprintf(v, sizeof v, "%d", root_fd);
+		setenv("DPL_ROOT_FD", v, 1);
+	} else {
+		unsetenv("DPL_ROOT_FD");
+	}
 	/* A fresh secret per job: only its own ranks join its rendezvous. */
 	setenv("DPL_JOB_SECRET", secret, 1);
 	/* The cause pipe's write end, kept across exec. */
@@ -299,8 +315,8 @@ static void sweep_shm(pid_t pid)
 
 /* Start every rank; CLI_OK, or CLI_FAIL after stopping what started. */
 static int start_all(const char *cmd, const struct cli_launch *p,
-		     struct proc *c, const char *exe, unsigned port,
-		     const char *secret, int cause_fd)
+		     struct proc *c, const char *exe, int root_fd,
+		     unsigned port, const char *secret, int cause_fd)
 {
 	pid_t self = getpid();
 	uint32_t i;
@@ -310,7 +326,8 @@ static int start_all(const char *cmd, const struct cli_launch *p,
 	for (i = 0; i < p->nprocs; i++) {
 		c[i].pid = fork();
 		if (c[i].pid == 0)
-			child(p, exe, i, port, self, secret, cause_fd);
+			child(p, exe, i, root_fd, port, self, secret,
+			      cause_fd);
 		if (c[i].pid < 0) {
 			rc = cli_fail(cmd, "cannot start rank %u: %s", i,
 				      strerror(errno));
@@ -456,7 +473,7 @@ int cli_launch_run(const char *cmd, const struct cli_launch *p)
 	char exe[4096], secret[65];
 	unsigned port;
 	uint32_t i;
-	int rc, pipefd[2] = {-1, -1};
+	int rc, pipefd[2] = {-1, -1}, root_fd = -1;
 	ssize_t n;
 
 	if (c == NULL)
@@ -470,9 +487,9 @@ int cli_launch_run(const char *cmd, const struct cli_launch *p)
 	else if (job_secret(secret) != 0)
 		rc = cli_fail(cmd, "no random bytes for the job secret: %s",
 			      strerror(errno));
-	else if (free_port(&port) != 0)
-		rc = cli_fail(cmd, "no free port on 127.0.0.1: %s",
-			      strerror(errno));
+	else if (root_listener(p->nprocs, &root_fd, &port) != 0)
+		rc = cli_fail(cmd, "cannot listen on 127.0.0.1 for the "
+			      "rendezvous: %s", strerror(errno));
 	else {
 		/* Each rank that fails writes the cause it names here; a
 		 * launcher without the pipe judges by what it sees alone. */
@@ -485,9 +502,13 @@ int cli_launch_run(const char *cmd, const struct cli_launch *p)
 			}
 			pipefd[0] = pipefd[1] = -1;
 		}
-		rc = start_all(cmd, p, c, exe, port, secret, pipefd[1]);
+		rc = start_all(cmd, p, c, exe, root_fd, port, secret,
+			       pipefd[1]);
 		if (pipefd[1] >= 0)
 			close(pipefd[1]);
+		/* Rank 0 holds it now: once it closes it, a rank that
+		 * connects late is refused, not queued here. */
+		close(root_fd);
 	}
 	if (rc != CLI_OK) {
 		if (pipefd[0] >= 0)

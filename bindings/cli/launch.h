@@ -25,9 +25,12 @@ struct cli_launch {
 
 /*
  * cli_launch_run - run p->nprocs copies of this program, rank r with
- * DPL_RANK=r, DPL_WORLD_SIZE=nprocs, DPL_ROOT=127.0.0.1:<a free port>
- * and DPL_JOB_SECRET=<64 hex digits of getrandom(), fresh for each call,
- * replacing any inherited one> in its environment, plus UCX_NET_DEVICES=lo, FI_TCP_IFACE=lo and
+ * DPL_RANK=r, DPL_WORLD_SIZE=nprocs, DPL_ROOT=127.0.0.1:<port>, rank 0
+ * also DPL_ROOT_FD=<a socket listening on that port, bound by the
+ * launcher before any rank starts, so that the port cannot be taken in
+ * between (dpl/bootstrap.h)>, and DPL_JOB_SECRET=<64 hex digits of
+ * getrandom(), fresh for each call, replacing any inherited one> in its
+ * environment, plus UCX_NET_DEVICES=lo, FI_TCP_IFACE=lo and
  * UCX_LOG_FILE=stderr when they are not set. Each child dies with the
  * parent (PR_SET_PDEATHSIG).
  * Blocks until every child exited: without a failure, for as long as they

@@ -186,6 +186,33 @@ def test_module_mode_passes_environment_and_arguments(tmp_path):
     assert got[0][1].startswith("127.0.0.1:") and len({g[1] for g in got}) == 1
 
 
+def test_rank0_inherits_the_listening_root(tmp_path):
+    """Rank 0 gets DPL_ROOT_FD: a socket already listening on DPL_ROOT's
+    port (so no other process can take the port before rank 0 listens);
+    the other ranks get neither the variable nor the socket."""
+    (tmp_path / "rootfd.py").write_text(textwrap.dedent("""
+        import os, socket
+        r = os.environ["DPL_RANK"]
+        v = os.environ.get("DPL_ROOT_FD")
+        port = int(os.environ["DPL_ROOT"].rsplit(":", 1)[1])
+        out = "none"
+        if v is not None:
+            s = socket.socket(fileno=int(v))
+            listening = s.getsockopt(socket.SOL_SOCKET, socket.SO_ACCEPTCONN)
+            out = f"{s.getsockname()[1] == port} {listening} {s.type == socket.SOCK_STREAM}"
+            s.detach()
+        with open("fd-" + r, "w") as f:
+            f.write(out)
+    """))
+    p = subprocess.run([sys.executable, "-m", "dpl.run", "-n", "3", "rootfd.py"],
+                       env=dict(rank_env(), DPL_ROOT_FD="99"), cwd=tmp_path,
+                       capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0, p.stderr
+    got = [(tmp_path / f"fd-{r}").read_text() for r in range(3)]
+    assert got[0] == "True 1 True", got
+    assert got[1:] == ["none", "none"], got
+
+
 def test_launch_function(tmp_path, capfd):
     script = tmp_path / "rank.py"
     script.write_text(SCRIPT)

@@ -8,7 +8,8 @@ Command line::
     python -m dpl.run -n N [--transport NAME] [--timeout S] [--bind B] -m module [args...]
 
 starts N processes of ``sys.executable script.py args`` (or ``-m module``)
-with ``DPL_RANK``, ``DPL_WORLD_SIZE``, ``DPL_ROOT=127.0.0.1:<free port>``,
+with ``DPL_RANK``, ``DPL_WORLD_SIZE``, ``DPL_ROOT=127.0.0.1:<port>`` (rank 0
+also ``DPL_ROOT_FD``, the socket already listening there),
 ``DPL_JOB_SECRET`` (64 fresh random hex digits per job, which every rank
 proves to rank 0 at the rendezvous, see ``dpl/bootstrap.h``) and, with
 ``--transport``, ``DPL_TRANSPORT`` in their environment (so
@@ -178,10 +179,18 @@ def world_size() -> int:
 
 # -------------------------------------------------------------- processes
 
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+def _root_listener(n: int) -> socket.socket:
+    """A TCP socket on 127.0.0.1 (port chosen by the kernel), listening
+    with room for ``n`` ranks: rank 0 inherits it (``DPL_ROOT_FD``), so
+    the port is held from before any rank starts until rank 0 listens."""
+    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    try:
         s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+        s.listen(min(n, 1024))
+    except OSError:
+        s.close()
+        raise
+    return s
 
 
 def _child_setup_fn() -> Callable[[], None]:
@@ -277,8 +286,10 @@ def launch(n: int, argv: Sequence[str], env: dict[str, str] | None = None,
     130/143/129 after SIGINT/SIGTERM/SIGHUP).
 
     Rank ``r`` gets ``env`` (default: this process's environment) plus
-    ``DPL_RANK=r``, ``DPL_WORLD_SIZE=n``, ``DPL_ROOT=127.0.0.1:<free port>``,
-    ``DPL_JOB_SECRET`` (``secrets.token_hex(32)``, fresh for each call and
+    ``DPL_RANK=r``, ``DPL_WORLD_SIZE=n``, ``DPL_ROOT=127.0.0.1:<port>``
+    (rank 0 also ``DPL_ROOT_FD``: a socket listening on that port, bound
+    here before any rank starts, so no other process can take the port
+    in between), ``DPL_JOB_SECRET`` (``secrets.token_hex(32)``, fresh for each call and
     replacing one in ``env``: only this job's ranks join its rendezvous),
     ``DPL_TRANSPORT=transport`` when given, and ``UCX_NET_DEVICES=lo``,
     ``FI_TCP_IFACE=lo``, ``UCX_LOG_FILE=stderr`` unless set. Each rank runs
@@ -304,7 +315,9 @@ def launch(n: int, argv: Sequence[str], env: dict[str, str] | None = None,
         base.setdefault(k, v)
     if transport:
         base["DPL_TRANSPORT"] = transport
-    base.update(DPL_WORLD_SIZE=str(n), DPL_ROOT=f"127.0.0.1:{_free_port()}",
+    base.pop("DPL_ROOT_FD", None)
+    listener = _root_listener(n)
+    base.update(DPL_WORLD_SIZE=str(n), DPL_ROOT=f"127.0.0.1:{listener.getsockname()[1]}",
                 DPL_JOB_SECRET=secrets.token_hex(32))
     run_dir = tempfile.mkdtemp(prefix="dpl-run-")
     base["DPL_RUN_DIR"] = run_dir
@@ -319,17 +332,23 @@ def launch(n: int, argv: Sequence[str], env: dict[str, str] | None = None,
         sys.stdout.flush()
         sys.stderr.flush()
         for r in range(n):
+            own = {"DPL_ROOT_FD": str(listener.fileno())} if r == 0 else {}
             try:
-                procs.append(subprocess.Popen(list(argv), env=dict(base, DPL_RANK=str(r)),
-                                              preexec_fn=_pinned(setup, cpus[r])))
+                procs.append(subprocess.Popen(list(argv), env=dict(base, DPL_RANK=str(r), **own),
+                                              preexec_fn=_pinned(setup, cpus[r]),
+                                              pass_fds=(listener.fileno(),) if r == 0 else ()))
             except OSError as exc:
                 for p in procs:
                     _signal_group(p, signal.SIGKILL)
                     p.wait()
                 raise OSError(exc.errno, f"{PROG}: cannot start rank {r} "
                               f"({argv[0]}): {exc.strerror}") from exc
+        # Rank 0 holds it now: once it closes it, a late rank is refused,
+        # not queued here.
+        listener.close()
         return _wait(procs, t, caught, run_dir)
     finally:
+        listener.close()
         shutil.rmtree(run_dir, ignore_errors=True)
         for p in procs:
             if p.poll() is None:  # an exception above: no rank outlives us
