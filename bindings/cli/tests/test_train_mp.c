@@ -14,21 +14,19 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <netinet/in.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
-#include <arpa/inet.h>
 #include <cjson/cJSON.h>
 
 #include "train_run.h"
+#include "loopback_port.h"
 
 TestSuite(train_mp, .fini = remove_scratch);
 
@@ -327,17 +325,10 @@ Test(train_mp, sigkill_ofi_stops_every_rank, .timeout = 120)
  * MASTER_PORT + 1 under torchrun's variables). */
 static unsigned free_port_pair(void)
 {
-	struct sockaddr_in a;
-	socklen_t len = sizeof a;
-	int fd = socket(AF_INET, SOCK_STREAM, 0);
+	int p = dpl_test_loopback_ports(2);
 
-	memset(&a, 0, sizeof a);
-	a.sin_family = AF_INET;
-	a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-	cr_assert_eq(bind(fd, (struct sockaddr *)&a, sizeof a), 0);
-	cr_assert_eq(getsockname(fd, (struct sockaddr *)&a, &len), 0);
-	close(fd);
-	return ntohs(a.sin_port) - 1u;
+	cr_assert_gt(p, 0, "no two free ports on 127.0.0.1");
+	return (unsigned)p;
 }
 
 Test(train_mp, joins_as_the_rank_a_launcher_gives, .timeout = 120)

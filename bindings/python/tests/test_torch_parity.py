@@ -21,12 +21,12 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
 
 import pytest
+from loopback import free_port
 
 import dpl
 
@@ -152,12 +152,6 @@ main()
 '''
 
 
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _model_namespace() -> dict:
     ns: dict = {}
     exec(compile(MODEL, "parity_model", "exec"), ns)  # the script's own model code
@@ -172,7 +166,7 @@ def _launch(import_line: str, names: list[str], tmp_path, tag: str,
     Bounded by LAUNCH_TIMEOUT; stragglers are killed."""
     script = tmp_path / f"train_{tag}.py"
     script.write_text(SCRIPT.format(IMPORT=import_line, MODEL=MODEL, TWO=repr(TWO_PER_RANK)))
-    port = str(_free_port())
+    port = str(free_port(2))  # torch's store, and dpl's MASTER_PORT + 1
     procs, outs, logs = [], [], []
     for r in range(RANKS):
         out = tmp_path / f"{tag}.{r}.pt"

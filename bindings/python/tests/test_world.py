@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import textwrap
@@ -15,6 +14,7 @@ import time
 from pathlib import Path
 
 import pytest
+from loopback import free_port
 
 import dpl
 from dpl import _transport_capi as capi
@@ -36,9 +36,7 @@ def rank_env() -> dict[str, str]:
 
 
 def free_root() -> str:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return f"127.0.0.1:{s.getsockname()[1]}"
+    return f"127.0.0.1:{free_port()}"
 
 
 # ------------------------------------------------------------- layouts

@@ -6,7 +6,6 @@ from __future__ import annotations
 import ctypes
 import json
 import os
-import socket
 import subprocess
 import sys
 import textwrap
@@ -15,6 +14,7 @@ from datetime import timedelta
 from pathlib import Path
 
 import pytest
+from loopback import free_port
 
 torch = pytest.importorskip("torch")
 dist = pytest.importorskip("torch.distributed")
@@ -25,12 +25,6 @@ import dpl  # noqa: E402
 from dpl import _transport_capi as capi  # noqa: E402
 from dpl import run, world  # noqa: E402
 from dpl.world import StoreWorld, Transport  # noqa: E402
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def test_store_world_over_hash_store():
