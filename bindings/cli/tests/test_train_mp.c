@@ -18,6 +18,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -370,6 +372,89 @@ Test(train_mp, joins_as_the_rank_a_launcher_gives, .timeout = 120)
 	cr_assert_eq(r[1].out[0], '\0', "rank 1 printed: %s", r[1].out);
 	run_done(&r[0]);
 	run_done(&r[1]);
+}
+
+/*
+ * A process that keeps taking ports the way every other program on the
+ * host does (bind port 0, listen), holding up to 8,000 of them and
+ * replacing the oldest without pause, until it is killed or its parent
+ * dies (at most 300 s).
+ */
+static pid_t start_port_churn(void)
+{
+	pid_t pid;
+
+	fflush(NULL);
+	pid = fork();
+	cr_assert_geq(pid, 0);
+	if (pid == 0) {
+		static int pool[8000];
+		struct sockaddr_in a;
+		struct rlimit rl;
+		unsigned n = 0, cap = 8000, i = 0;
+		time_t end = time(NULL) + 300;
+
+		prctl(PR_SET_PDEATHSIG, SIGKILL);
+		if (getrlimit(RLIMIT_NOFILE, &rl) == 0) {
+			rl.rlim_cur = rl.rlim_max;
+			setrlimit(RLIMIT_NOFILE, &rl);
+			getrlimit(RLIMIT_NOFILE, &rl);
+			if (rl.rlim_cur < cap + 64)
+				cap = rl.rlim_cur > 128 ? (unsigned)rl.rlim_cur - 64
+							: 64;
+		}
+		memset(&a, 0, sizeof a);
+		a.sin_family = AF_INET;
+		a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+		while (time(NULL) < end) {
+			int fd = socket(AF_INET, SOCK_STREAM, 0);
+
+			if (fd < 0)
+				_exit(1);
+			if (bind(fd, (struct sockaddr *)&a, sizeof a) != 0 ||
+			    listen(fd, 1) != 0) {
+				close(fd);
+				continue;
+			}
+			if (n == cap)
+				close(pool[i]);
+			else
+				n++;
+			pool[i] = fd;
+			i = (i + 1) % cap;
+		}
+		_exit(0);
+	}
+	return pid;
+}
+
+/* While other processes take loopback ports as fast as they can, every
+ * --nprocs job still meets: the launcher holds the rendezvous port from
+ * before it starts the ranks (rank 0 inherits the socket), so none can
+ * take it in between. Binding a port found free and released a moment
+ * earlier failed here in most runs with "rank 0 cannot listen on
+ * 127.0.0.1:P: Address already in use". */
+Test(train_mp, rendezvous_port_is_held_under_port_churn, .timeout = 200)
+{
+	pid_t churn = start_port_churn();
+	struct timespec warm = {0, 300000000};
+	int k;
+
+	nanosleep(&warm, NULL);
+	for (k = 0; k < 6; k++) {
+		struct run r;
+
+		start(&r, "train --nprocs 4 --transport shm --iterations 2 "
+		      "--timeout 5", NULL);
+		finish(&r, 60);
+		cr_expect_null(strstr(r.err, "cannot listen"), "run %d:\n%s",
+			       k, r.err);
+		cr_expect_eq(r.status, 0, "run %d: exit %d\n%s", k, r.status,
+			     r.err);
+		run_done(&r);
+	}
+	kill(churn, SIGKILL);
+	waitpid(churn, NULL, 0);
 }
 
 static void usage_error(const char *args, const char *const *env,

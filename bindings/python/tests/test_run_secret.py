@@ -1,12 +1,15 @@
 """dpl.run.launch gives every job a fresh secret (DPL_JOB_SECRET) that its
 ranks share and prove at the rendezvous; a rank with another secret is
-refused and says why."""
+refused and says why; the rendezvous port cannot be taken by another
+process before rank 0 listens on it."""
 
 from __future__ import annotations
 
 import os
 import re
+import subprocess
 import sys
+import time
 import textwrap
 from pathlib import Path
 
@@ -92,3 +95,44 @@ def test_rank_with_another_secret_is_refused_with_the_cause(tmp_path):
     assert "DPL_JOB_SECRET is not rank 0's" in msg1, msg1
     msg0 = (out / "error-0").read_text()
     assert "rank 1 never arrived" in msg0, msg0
+
+
+# Takes ports the way every other program on the host does (bind port 0,
+# listen), holding up to 8,000 of them and replacing the oldest without
+# pause, for at most 300 s.
+CHURN = textwrap.dedent("""
+    import collections, resource, socket, time
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    cap = max(64, min(8000, hard - 64))
+    pool = collections.deque()
+    end = time.time() + 300
+    while time.time() < end:
+        s = socket.socket()
+        try:
+            s.bind(("127.0.0.1", 0))
+            s.listen(1)
+        except OSError:
+            s.close()
+            continue
+        pool.append(s)
+        if len(pool) > cap:
+            pool.popleft().close()
+""")
+
+
+def test_ranks_meet_while_other_processes_take_ports(tmp_path):
+    """The launcher holds the rendezvous port from before it starts the
+    ranks (rank 0 inherits the listening socket), so a port released a
+    moment before rank 0 binds it cannot be lost to another process."""
+    churn = subprocess.Popen([sys.executable, "-c", CHURN])
+    try:
+        time.sleep(0.5)
+        for k in range(4):
+            rc, out = job(tmp_path, 2, "meet", name=f"churn{k}")
+            errors = {p.name: p.read_text() for p in out.glob("error-*")}
+            assert rc == 0, (k, errors)
+            assert (out / "met-0").read_text() == "0,1", k
+    finally:
+        churn.kill()
+        churn.wait()
