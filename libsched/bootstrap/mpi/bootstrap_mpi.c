@@ -1,18 +1,16 @@
 /*
  * bootstrap_mpi.c - the root of dpl's TCP rendezvous agreed over an MPI
- * communicator (dpl/bootstrap_mpi.h): rank 0 picks a free port on the
- * root host and a job secret, and broadcasts both, or the reason it
- * could not.
+ * communicator (dpl/bootstrap_mpi.h): rank 0 takes a port on the root
+ * host and holds it for its rendezvous (dpl_bootstrap_hold_root), picks
+ * a job secret, and broadcasts both, or the reason it could not.
  */
 #define _GNU_SOURCE
 #include <errno.h>
-#include <netdb.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
 #include <dpl/bootstrap_mpi.h>
@@ -90,43 +88,18 @@ static int one_node(MPI_Comm comm, int world, int *one)
 	return 0;
 }
 
-/* Rank 0: bind port 0 on host, keep the port it got; fills v. */
+/* Rank 0: hold a port on host for its own rendezvous; fills v. */
 static void pick(const char *host, struct verdict *v)
 {
-	struct addrinfo hints, *ai = NULL;
-	struct sockaddr_storage sa;
-	socklen_t len = sizeof sa;
-	char num[256], port[32];
-	int fd = -1, rc;
+	const char *why;
 
-	memset(&hints, 0, sizeof hints);
-	hints.ai_family = AF_UNSPEC;
-	hints.ai_socktype = SOCK_STREAM;
-	rc = getaddrinfo(host, "0", &hints, &ai);
-	if (rc != 0) {
+	if (dpl_bootstrap_hold_root(host, v->root, sizeof v->root) != 0) {
+		why = dpl_last_error();
+		if (strncmp(why, "bootstrap: ", 11) == 0)
+			why += 11;
 		v->code = DPL_EIO;
-		snprintf(v->msg, sizeof v->msg, "bootstrap over MPI: root "
-			 "host '%s' does not resolve: %s", host,
-			 gai_strerror(rc));
-		return;
+		snprintf(v->msg, sizeof v->msg, "bootstrap over MPI: %s", why);
 	}
-	fd = socket(ai->ai_family, SOCK_STREAM, 0);
-	if (fd < 0 || bind(fd, ai->ai_addr, ai->ai_addrlen) != 0 ||
-	    getsockname(fd, (struct sockaddr *)&sa, &len) != 0 ||
-	    getnameinfo((struct sockaddr *)&sa, len, num, sizeof num, port,
-			sizeof port, NI_NUMERICHOST | NI_NUMERICSERV) != 0) {
-		v->code = DPL_EIO;
-		snprintf(v->msg, sizeof v->msg, "bootstrap over MPI: cannot "
-			 "bind a port on root host '%s': %s", host,
-			 strerror(errno));
-	} else if (sa.ss_family == AF_INET6) {
-		snprintf(v->root, sizeof v->root, "[%s]:%s", num, port);
-	} else {
-		snprintf(v->root, sizeof v->root, "%s:%s", num, port);
-	}
-	if (fd >= 0)
-		close(fd);
-	freeaddrinfo(ai);
 }
 
 int dpl_bootstrap_mpi_root(MPI_Comm comm, const char *host, char *root,
@@ -170,9 +143,16 @@ int dpl_bootstrap_mpi_root(MPI_Comm comm, const char *host, char *root,
 		pick(host, v);
 		if (v->code == 0)
 			pick_secret(v);
+		if (v->code != 0 && v->root[0] != '\0') {
+			dpl_bootstrap_release_root(v->root);
+			v->root[0] = '\0';
+		}
 	}
 	mrc = MPI_Bcast(v, (int)sizeof *v, MPI_BYTE, 0, comm);
 	if (mrc != MPI_SUCCESS) {
+		if (me == 0 && v->root[0] != '\0')
+			dpl_bootstrap_release_root(v->root);
+		memset(v->secret, 0, sizeof v->secret);
 		free(v);
 		return mpi_error(mrc, "MPI_Bcast");
 	}
@@ -195,6 +175,10 @@ int dpl_bootstrap_mpi_root(MPI_Comm comm, const char *host, char *root,
 		*rank = (uint32_t)me;
 		*world_size = (uint32_t)n;
 	}
+	/* Rank 0 holds the root's socket for its dpl_bootstrap_open(),
+	 * unless this call fails there. */
+	if (rc != 0 && me == 0 && v->root[0] != '\0')
+		dpl_bootstrap_release_root(v->root);
 	memset(v->secret, 0, sizeof v->secret);
 	free(v);
 	return rc;
@@ -217,5 +201,15 @@ int dpl_bootstrap_open_mpi(MPI_Comm comm, uint32_t timeout_ms,
 		return rc;
 	p.root = root;
 	p.timeout_ms = timeout_ms;
-	return dpl_bootstrap_open(&p, out);
+	rc = dpl_bootstrap_open(&p, out);
+	if (rc != 0 && p.rank == 0) {
+		/* An open that failed before it listened leaves the root
+		 * held: release it, keeping the open's error. */
+		char msg[512];
+
+		snprintf(msg, sizeof msg, "%s", dpl_last_error());
+		(void)dpl_bootstrap_release_root(root);
+		dpl_set_error(rc, "%s", msg);
+	}
+	return rc;
 }

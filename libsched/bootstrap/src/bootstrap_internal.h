@@ -154,6 +154,15 @@ int dpl__bs_left_ms(uint64_t deadline);
 /* Close *fd when open and mark it closed (-1). */
 void dpl__bs_close_fd(int *fd);
 
+struct addrinfo;
+
+/*
+ * A non-blocking, close-on-exec TCP socket (SO_REUSEADDR) bound to the
+ * first of ai's addresses that binds and listens with `backlog`; -1 with
+ * the last errno in *err when none does.
+ */
+int dpl__bs_listen(const struct addrinfo *ai, int backlog, int *err);
+
 /*
  * Read exactly n bytes before the deadline. Returns 0, DPL_ETIMEDOUT,
  * DPL_EPEER (the other end closed or reset) or DPL_EIO (errno kept).
@@ -307,5 +316,14 @@ int dpl__bs_env_root(char *buf, size_t size);
  * so every later open fails the same way.
  */
 int dpl__bs_env_listener(unsigned port, int *fd);
+
+/* ---- held roots (bootstrap_hold.c) ---------------------------------- */
+
+/*
+ * The listening socket dpl_bootstrap_hold_root() holds at one of ai's
+ * addresses (same family, address and port), removed from the held set
+ * so that the caller owns it; -1 when none is held there. Any thread.
+ */
+int dpl__bs_take_held(const struct addrinfo *ai);
 
 #endif /* DPL_BOOTSTRAP_INTERNAL_H */

@@ -34,8 +34,8 @@ static void sleep_ms(int ms)
 
 static int listen_root(dpl_bootstrap *b, int *lfd_out)
 {
-	struct addrinfo *ai, *a;
-	int lfd = -1, err = 0, one = 1, rc;
+	struct addrinfo *ai;
+	int lfd = -1, err = 0, rc;
 
 	if (b->lfd >= 0) {
 		/* Bound by the launcher before it started the ranks, so no
@@ -47,21 +47,12 @@ static int listen_root(dpl_bootstrap *b, int *lfd_out)
 	rc = dpl__bs_resolve(b->host, b->port, &ai);
 	if (rc != 0)
 		return rc;
-	for (a = ai; a != NULL; a = a->ai_next) {
-		lfd = socket(a->ai_family, a->ai_socktype | SOCK_NONBLOCK |
-			     SOCK_CLOEXEC, a->ai_protocol);
-		if (lfd < 0) {
-			err = errno;
-			continue;
-		}
-		setsockopt(lfd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-		if (bind(lfd, a->ai_addr, a->ai_addrlen) == 0 &&
-		    listen(lfd, (int)(b->world < 1024 ? b->world : 1024)) ==
-			    0)
-			break;
-		err = errno;
-		dpl__bs_close_fd(&lfd);
-	}
+	/* Held by this process since it chose the port
+	 * (dpl_bootstrap_hold_root): the same guarantee. */
+	lfd = b->port != 0 ? dpl__bs_take_held(ai) : -1;
+	if (lfd < 0)
+		lfd = dpl__bs_listen(ai, (int)(b->world < 1024 ? b->world
+						: 1024), &err);
 	freeaddrinfo(ai);
 	if (lfd < 0) {
 		errno = err;

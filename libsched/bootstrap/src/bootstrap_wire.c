@@ -5,6 +5,7 @@
  */
 #define _GNU_SOURCE
 #include <errno.h>
+#include <netdb.h>
 #include <poll.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -30,6 +31,28 @@ void dpl__bs_close_fd(int *fd)
 	if (*fd >= 0)
 		close(*fd);
 	*fd = -1;
+}
+
+int dpl__bs_listen(const struct addrinfo *ai, int backlog, int *err)
+{
+	int fd, one = 1;
+
+	*err = 0;
+	for (; ai != NULL; ai = ai->ai_next) {
+		fd = socket(ai->ai_family, ai->ai_socktype | SOCK_NONBLOCK |
+			    SOCK_CLOEXEC, ai->ai_protocol);
+		if (fd < 0) {
+			*err = errno;
+			continue;
+		}
+		setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+		if (bind(fd, ai->ai_addr, ai->ai_addrlen) == 0 &&
+		    listen(fd, backlog) == 0)
+			return fd;
+		*err = errno;
+		close(fd);
+	}
+	return -1;
 }
 
 /* ---- bounded socket I/O ------------------------------------------- */

@@ -28,7 +28,11 @@
  * only until one such open in a process has taken it: that open owns the
  * descriptor from then on (closes it when the rendezvous ends) and later
  * opens bind the root themselves. A value that is not such a socket fails
- * the open with DPL_EINVAL naming it and is left as it is.
+ * the open with DPL_EINVAL naming it and is left as it is. A launcher
+ * that chooses the root inside rank 0's own process (as
+ * dpl_bootstrap_mpi_root() does under mpirun) holds it with
+ * dpl_bootstrap_hold_root() instead: the same guarantee, with nothing
+ * in the environment.
  *
  * The job secret: every rank reads DPL_JOB_SECRET (16..1024 bytes; `dpl
  * train --nprocs` and `python -m dpl.run` put 64 fresh random hex digits
@@ -97,8 +101,10 @@ typedef struct dpl_bootstrap dpl_bootstrap;
  * ranks have connected or timeout_ms passes (a rank other than 0 that
  * has connected waits at most 1 s more for rank 0's verdict). Rank 0
  * binds root (loopback or the given host only, never a wildcard address
- * unless asked with "0.0.0.0"). Reads DPL_JOB_SECRET (see above). On
- * success *out owns the handle.
+ * unless asked with "0.0.0.0"), or takes the socket that
+ * dpl_bootstrap_hold_root() or DPL_ROOT_FD hands it (see above and
+ * below). Reads DPL_JOB_SECRET (see above). On success *out owns the
+ * handle.
  * Errors: DPL_EINVAL (rank, world size, root, DPL_ROOT_FD or
  * DPL_JOB_SECRET's length malformed, named; rank 0 did not prove the job
  * secret),
@@ -116,6 +122,41 @@ DPL_EXTERN int dpl_bootstrap_open(const struct dpl_bootstrap_params *p,
  */
 DPL_EXTERN int dpl_bootstrap_open_env(uint32_t timeout_ms,
 				      dpl_bootstrap **out);
+
+/*
+ * dpl_bootstrap_hold_root - choose a root for a rendezvous this process
+ * will lead, and hold its port until then: binds and listens on `host`
+ * at a port the kernel picks, keeps the socket, and writes the root
+ * ("addr:port", "[addr]:port" for IPv6, numeric) into root[0..size).
+ * The first dpl_bootstrap_open() as rank 0 in this process at a root
+ * that resolves to that address and port (given or from DPL_ROOT) takes
+ * the socket instead of binding the port, and closes it when its
+ * rendezvous ends. So no other process can take the port between
+ * choosing it and the rendezvous, as it can when a free port is found
+ * and released; a launcher that hands out roots from rank 0's process
+ * calls this (dpl_bootstrap_mpi_root() does).
+ * host: a name or a numeric address; NULL is "127.0.0.1". The socket
+ * belongs to this process until an open takes it or
+ * dpl_bootstrap_release_root() closes it (otherwise at exit); it is
+ * close-on-exec. At most 64 roots are held at once.
+ * Threads: any thread; holding and taking are serialised by a lock.
+ * Errors, each named in dpl_last_error(): DPL_EINVAL (root NULL, host
+ * does not resolve), DPL_EIO (no socket on host can be bound and
+ * listen), DPL_ERANGE (size below the root's length), DPL_EBUSY (64
+ * roots held); nothing is held after an error.
+ */
+DPL_EXTERN int dpl_bootstrap_hold_root(const char *host, char *root,
+				       size_t size);
+
+/*
+ * dpl_bootstrap_release_root - close the socket dpl_bootstrap_hold_root()
+ * holds for `root` (the string it wrote, or any root that resolves to the
+ * same address and port), for a rendezvous that will not happen. Any
+ * thread.
+ * Errors: DPL_EINVAL (root NULL or not "host:port", named), DPL_ENOENT
+ * (no socket is held there: never held, or already taken or released).
+ */
+DPL_EXTERN int dpl_bootstrap_release_root(const char *root);
 
 /* Rank and world size of an open handle. */
 DPL_EXTERN uint32_t dpl_bootstrap_rank(const dpl_bootstrap *b);

@@ -127,6 +127,26 @@ Test(mpi, three_ranks_meet_at_one_root)
 	free(r);
 }
 
+/* Rank 0 holds the root's port from the moment it chooses it: a socket
+ * of its own cannot bind it, and the rendezvous at that root (an
+ * explicit root, as a transport's `bootstrap` field gives it) still
+ * meets on the held socket. */
+Test(mpi, rank0_holds_the_root_port_until_it_meets_there)
+{
+	struct cli_res *r = malloc(sizeof *r);
+	const char *const cmd[] = {DPL_MPI_PROBE, "held", NULL};
+	char lines[2][512];
+
+	mpirun(r, "2", cmd);
+	cr_assert_eq(r->code, 0, "%s\n%s", r->out, r->err);
+	by_rank(r, lines, 2);
+	cr_expect(strstr(lines[0], "bind EADDRINUSE open ok") != NULL, "%s",
+		  lines[0]);
+	cr_expect(strstr(lines[1], "bind - open ok") != NULL, "%s",
+		  lines[1]);
+	free(r);
+}
+
 /* Run the probe in `mode` on 2 ranks; each must fail with `code` and a
  * message containing `what`. */
 static void fails_on_every_rank(const char *mode, const char *code,
@@ -150,7 +170,7 @@ static void fails_on_every_rank(const char *mode, const char *code,
 Test(mpi, a_host_that_does_not_resolve_fails_on_every_rank)
 {
 	fails_on_every_rank("host=no-such-host.invalid", "DPL_EIO",
-			    "'no-such-host.invalid' does not resolve");
+			    "cannot resolve root host 'no-such-host.invalid'");
 }
 
 Test(mpi, a_buffer_too_small_is_erange_naming_the_size)

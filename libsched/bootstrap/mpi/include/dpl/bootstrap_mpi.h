@@ -43,9 +43,11 @@ extern "C" {
  * it in its environment (setenv: call it before other threads read the
  * environment), so that the rendezvous admits only this job's ranks
  * (dpl/bootstrap.h).
- * The port is free when rank 0 looks; rank 0's dpl_bootstrap_open() (or
- * transport) should bind it soon after, as with any launcher that hands
- * out ports.
+ * Rank 0 holds the root's port from then on (dpl_bootstrap_hold_root):
+ * its first dpl_bootstrap_open() at that root (given, from DPL_ROOT, or
+ * through a transport's `bootstrap` field) listens on the held socket,
+ * so no other process can take the port in between; a rank 0 that will
+ * not open there releases it with dpl_bootstrap_release_root(root).
  * Errors, each named in dpl_last_error(): DPL_EINVAL (comm is
  * MPI_COMM_NULL, root, rank or world_size NULL, MPI not initialised or
  * already finalised) is found before any communication, so, as with
@@ -63,7 +65,8 @@ DPL_EXTERN int dpl_bootstrap_mpi_root(MPI_Comm comm, const char *host,
  * dpl_bootstrap_open_mpi - dpl_bootstrap_open() for the ranks of `comm`,
  * at the root dpl_bootstrap_mpi_root(comm, NULL, ...) agrees on.
  * Collective; blocks as dpl_bootstrap_open() does (timeout_ms, 0 =
- * 60000). On success *out owns the handle (dpl_bootstrap_close).
+ * 60000). On success *out owns the handle (dpl_bootstrap_close); on
+ * failure rank 0 holds no socket.
  * Errors: those of dpl_bootstrap_mpi_root() and dpl_bootstrap_open().
  */
 DPL_EXTERN int dpl_bootstrap_open_mpi(MPI_Comm comm, uint32_t timeout_ms,
