@@ -17,7 +17,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -60,10 +59,16 @@ class RunResult:
 
 
 def free_port() -> int:
-    """A TCP port on 127.0.0.1 that was free a moment ago."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A TCP port on 127.0.0.1 for torch's store (torchrun's master port),
+    free now. The tests' helper draws it below the kernel's ephemeral
+    range, so that no outgoing connection takes it before the store binds
+    it (a port from bind(0) is taken from that range)."""
+    sys.path.insert(0, os.path.join(REPO, "bindings", "python", "tests"))
+    try:
+        import loopback
+    finally:
+        sys.path.pop(0)
+    return loopback.free_port()
 
 
 def dpl_env(build: str) -> dict[str, str]:
