@@ -28,6 +28,12 @@ REPO = os.path.dirname(os.path.dirname(HERE))
 WORKER = os.path.join(HERE, "worker.py")
 STAGE_WORK = os.path.join(HERE, "stage_work.py")
 
+# torchrun's master port comes from the tests' helper: drawn below the
+# kernel's ephemeral range, so that no outgoing connection takes it before
+# torch's store binds it (a port from bind(0) is taken from that range).
+sys.path.insert(0, os.path.join(REPO, "bindings", "python", "tests"))
+from loopback import free_port  # noqa: E402
+
 
 class RunError(RuntimeError):
     """A launch failed or ran past its bound; the message has its output."""
@@ -56,19 +62,6 @@ class RunResult:
     wall_s: float
     iters: int
     extra: dict = field(default_factory=dict)
-
-
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 for torch's store (torchrun's master port),
-    free now. The tests' helper draws it below the kernel's ephemeral
-    range, so that no outgoing connection takes it before the store binds
-    it (a port from bind(0) is taken from that range)."""
-    sys.path.insert(0, os.path.join(REPO, "bindings", "python", "tests"))
-    try:
-        import loopback
-    finally:
-        sys.path.pop(0)
-    return loopback.free_port()
 
 
 def dpl_env(build: str) -> dict[str, str]:
