@@ -179,14 +179,43 @@ static int call(dpl_runner *r, struct job *o)
 	return device_sync(r);
 }
 
+/* A forward-only pass: the forward of (ls, sl) returned. Its callback
+ * slot is free at once; the buffers go back once nothing reads them: on
+ * the last stage now, with a remote next stage at SEND_F (runner_step.c),
+ * with a local one when that stage's forward returned. This forward
+ * read a local previous stage's output: that stage's slot goes back. */
+static void finish_forward_only(dpl_runner *r, struct dpl__lstage *ls,
+				struct dpl__slot *sl)
+{
+	struct dpl__slot *psl;
+
+	if (sl->live_idx != DPL__NONE) {
+		ls->live_free[ls->live_top++] = sl->live_idx;
+		sl->live_idx = DPL__NONE;
+		ls->live--;
+	}
+	if (!ls->first && !ls->prev_remote) {
+		struct dpl__lstage *lp = &r->ls[r->lidx[ls->stage - 1]];
+
+		if (lp->mb_slot[sl->mb] != DPL__NONE) {
+			psl = &lp->slots[lp->mb_slot[sl->mb]];
+			dpl__release(lp, psl);
+		}
+	}
+	if (ls->last)
+		dpl__release(ls, sl);
+}
+
 /* Everything after the callback. */
-static void finish(struct job *o)
+static void finish(dpl_runner *r, struct job *o)
 {
 	struct dpl__lstage *ls = o->ls;
 	struct dpl__slot *sl = o->sl;
 
 	if (o->kind == DPL_ACT_F) {
 		sl->fwd_done = true;
+		if (r->fwd_only)
+			finish_forward_only(r, ls, sl);
 		return;
 	}
 	if (o->kind == DPL_ACT_I)
@@ -213,7 +242,7 @@ int dpl__run_compute(dpl_runner *r, struct dpl_action a)
 	if (rc == 0)
 		rc = call(r, &o);
 	if (rc == 0)
-		finish(&o);
+		finish(r, &o);
 	return rc;
 }
 
@@ -248,7 +277,7 @@ int dpl__run_overlap(dpl_runner *r, struct dpl_action f, struct dpl_action b)
 		if ((rc = call(r, &bo)) != 0)
 			return rc;
 	}
-	finish(&fo);
-	finish(&bo);
+	finish(r, &fo);
+	finish(r, &bo);
 	return 0;
 }

@@ -107,7 +107,8 @@ enum dpl__tag_class {
 	DPL__TAG_ACT = 1,
 	DPL__TAG_GRAD = 2,
 	DPL__TAG_RING = 3,
-	DPL__TAG_CTRL = 4
+	DPL__TAG_CTRL = 4,
+	DPL__TAG_FWD = 5   /* activations of a forward-only pass */
 };
 
 #define DPL__TAG_STAGE_LIMIT (UINT32_C(1) << 20)
@@ -294,6 +295,8 @@ struct dpl_runner {
 	uint32_t ctrl_tick;
 	/* state */
 	uint64_t iter;
+	uint64_t fwd_iter;       /* forward-only passes run (their tags) */
+	bool fwd_only;           /* in dpl_runner_forward() */
 	bool failed;
 	bool by_notice;          /* the failure came from another rank */
 	uint32_t err_peer;       /* peer of a request-level failure */
@@ -425,6 +428,9 @@ int dpl__acquire(dpl_runner *r, struct dpl__lstage *ls, uint32_t j,
 int dpl__lookup(dpl_runner *r, struct dpl__lstage *ls, uint32_t j,
 		struct dpl__slot **out);
 void dpl__maybe_release(struct dpl__lstage *ls, struct dpl__slot *sl);
+/* Give the slot back now (dpl__maybe_release once due; a forward-only
+ * pass once its output was sent or read). */
+void dpl__release(struct dpl__lstage *ls, struct dpl__slot *sl);
 
 /*
  * Compute (runner_compute.c): dpl__run_compute runs one F, B, I or W;

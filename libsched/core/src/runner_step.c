@@ -160,9 +160,16 @@ int dpl__acquire(dpl_runner *r, struct dpl__lstage *ls, uint32_t j,
 /* Give the slot back once B/W ran and, if due, SEND_B was posted. */
 void dpl__maybe_release(struct dpl__lstage *ls, struct dpl__slot *sl)
 {
+	if (!sl->bw_done || (ls->prev_remote && !sl->send_b_posted))
+		return;
+	dpl__release(ls, sl);
+}
+
+void dpl__release(struct dpl__lstage *ls, struct dpl__slot *sl)
+{
 	uint32_t idx;
 
-	if (!sl->bw_done || (ls->prev_remote && !sl->send_b_posted))
+	if (sl->mb == DPL__NONE)
 		return;
 	idx = (uint32_t)(sl - ls->slots);
 	ls->mb_slot[sl->mb] = DPL__NONE;
@@ -305,6 +312,24 @@ static int run_step(dpl_runner *r, struct dpl__lstage *ls)
 	return 0;
 }
 
+/* The tag of stage s's activation of micro-batch j: forward-only passes
+ * have their own class and count, so that no message of a pass can
+ * match a receive of a step or of another pass. */
+static uint64_t act_tag(const dpl_runner *r, uint32_t s, uint32_t j)
+{
+	return r->fwd_only ? dpl__tag(DPL__TAG_FWD, r->fwd_iter, s, j)
+			   : dpl__tag(DPL__TAG_ACT, r->iter, s, j);
+}
+
+/* Whether a forward-only pass runs this kind: the forward and its
+ * messages; UNSHARD and RESHARD do nothing in either. */
+static bool runs_forward_only(uint32_t kind)
+{
+	return kind == DPL_ACT_RECV_F || kind == DPL_ACT_F ||
+	       kind == DPL_ACT_SEND_F || kind == DPL_ACT_WAIT_SEND_F ||
+	       kind == DPL_ACT_UNSHARD || kind == DPL_ACT_RESHARD;
+}
+
 /* Not inlined: callgrind counts actions by it (see dpl__wait_for). */
 static DPL__NOINLINE int run_action(dpl_runner *r, struct dpl_action a)
 {
@@ -318,8 +343,7 @@ static DPL__NOINLINE int run_action(dpl_runner *r, struct dpl_action a)
 		if ((rc = dpl__acquire(r, ls, j, &sl)) != 0)
 			return rc;
 		return exchange(r, sl, sl->rf, &sl->nrf, false, ls->prev_r,
-				ls->prev_base,
-				dpl__tag(DPL__TAG_ACT, r->iter, a.stage - 1, j),
+				ls->prev_base, act_tag(r, a.stage - 1, j),
 				sl->in_act, ls->in_bps);
 	case DPL_ACT_F:
 	case DPL_ACT_B:
@@ -329,10 +353,14 @@ static DPL__NOINLINE int run_action(dpl_runner *r, struct dpl_action a)
 	case DPL_ACT_SEND_F:
 		if ((rc = dpl__lookup(r, ls, j, &sl)) != 0)
 			return rc;
-		return exchange(r, sl, sl->sf, &sl->nsf, true, ls->next_r,
-				ls->next_base,
-				dpl__tag(DPL__TAG_ACT, r->iter, a.stage, j),
-				sl->out_act, ls->out_bps);
+		rc = exchange(r, sl, sl->sf, &sl->nsf, true, ls->next_r,
+			      ls->next_base, act_tag(r, a.stage, j),
+			      sl->out_act, ls->out_bps);
+		/* Forward only: the output is all the slot still holds, and
+		 * the slot's next user waits for these sends (dpl__acquire). */
+		if (rc == 0 && r->fwd_only && sl->fwd_done)
+			dpl__release(ls, sl);
+		return rc;
 	case DPL_ACT_RECV_B:
 		if ((rc = dpl__acquire(r, ls, j, &sl)) != 0)
 			return rc;
@@ -418,24 +446,20 @@ static void trace_add(dpl_runner *r, struct dpl_action a, uint64_t t0,
 	r->trace_len++;
 }
 
-int dpl_runner_step(dpl_runner *r)
+/* The rank's list once, as a step (r->fwd_only false) or as a
+ * forward-only pass; the stages' slots free again at the end. */
+static int run_list(dpl_runner *r)
 {
-	uint64_t t0, ta, te;
-	size_t i;
+	uint64_t ta, te = dpl__now_ns();
+	size_t i, ran = 0;
 	int rc;
 
-	if (r == NULL)
-		return dpl__error(DPL_EINVAL, "runner is NULL");
-	if (r->failed)
-		return dpl__error(DPL_ECANCELED,
-				  "rank %u: the runner failed earlier: %s",
-				  r->rank, r->errmsg);
-	t0 = dpl__now_ns();
 	r->trace_len = 0;
-	te = t0;
 	for (i = 0; i < r->nlist; i++) {
 		struct dpl_action a = r->list[i];
 
+		if (r->fwd_only && !runs_forward_only(a.kind))
+			continue;
 		r->cur = a;
 		r->cur_pos = i;
 		r->wait_acc = 0;
@@ -454,6 +478,7 @@ int dpl_runner_step(dpl_runner *r)
 		te = dpl__now_ns();
 		if (rc != 0)
 			return dpl__step_failed(r, rc);
+		ran++;
 		r->st.count[a.kind]++;
 		r->st.ns[a.kind] += te - ta - r->wait_acc;
 		r->st.wait_ns += r->wait_acc;
@@ -461,7 +486,7 @@ int dpl_runner_step(dpl_runner *r)
 	}
 	/* A list without a stage's STEP (PyTorch's lowered lists) steps
 	 * that stage after its last action. */
-	for (i = 0; i < r->nls; i++) {
+	for (i = 0; i < r->nls && !r->fwd_only; i++) {
 		if (r->ls[i].has_step)
 			continue;
 		r->cur = dpl__act(DPL_ACT_STEP, r->ls[i].stage,
@@ -476,7 +501,7 @@ int dpl_runner_step(dpl_runner *r)
 		r->st.ns[DPL_ACT_STEP] += te - ta - r->wait_acc;
 		r->st.wait_ns += r->wait_acc;
 	}
-	r->st.actions += r->nlist;
+	r->st.actions += ran;
 	if (r->t != NULL) {
 		r->wait_acc = 0;
 		if ((rc = dpl__wait_for(r, all_sends_done, NULL)) != 0)
@@ -485,8 +510,47 @@ int dpl_runner_step(dpl_runner *r)
 	}
 	for (i = 0; i < r->nls; i++)
 		dpl__runner_reset_stage(&r->ls[i], r->nmb);
+	return 0;
+}
+
+/* What dpl_runner_step and dpl_runner_forward check first. */
+static int ready(const dpl_runner *r)
+{
+	if (r == NULL)
+		return dpl__error(DPL_EINVAL, "runner is NULL");
+	if (r->failed)
+		return dpl__error(DPL_ECANCELED,
+				  "rank %u: the runner failed earlier: %s",
+				  r->rank, r->errmsg);
+	return 0;
+}
+
+int dpl_runner_step(dpl_runner *r)
+{
+	uint64_t t0;
+	int rc;
+
+	if ((rc = ready(r)) != 0)
+		return rc;
+	t0 = dpl__now_ns();
+	if ((rc = run_list(r)) != 0)
+		return rc;
 	r->iter++;
 	r->st.iterations++;
 	r->st.step_ns += dpl__now_ns() - t0;
 	return 0;
+}
+
+int dpl_runner_forward(dpl_runner *r)
+{
+	int rc;
+
+	if ((rc = ready(r)) != 0)
+		return rc;
+	r->fwd_only = true;
+	rc = run_list(r);
+	r->fwd_only = false;
+	if (rc == 0)
+		r->fwd_iter++;
+	return rc;
 }

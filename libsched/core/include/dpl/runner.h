@@ -88,9 +88,10 @@ extern "C" {
 
 /*
  * What a stage callback gets for one (stage, micro-batch) on this
- * replica. Buffers are the runner's; they stay valid and unchanged from
- * the forward of the micro-batch until its backward (or W) returns.
- * A buffer that does not apply is NULL with 0 bytes.
+ * replica. Buffers are the runner's; in a step they stay valid and
+ * unchanged from the forward of the micro-batch until its backward (or
+ * W) returns (in a forward-only pass, until the forward returns: see
+ * dpl_runner_forward). A buffer that does not apply is NULL with 0 bytes.
  */
 struct dpl_stage_args {
 	uint32_t stage;      /* global stage index */
@@ -269,6 +270,29 @@ DPL_EXTERN int dpl_runner_create(const struct dpl_runner_params *p,
  * After a failure every later call returns DPL_ECANCELED.
  */
 DPL_EXTERN int dpl_runner_step(dpl_runner *r);
+
+/*
+ * dpl_runner_forward - run a forward-only pass (inference, evaluation):
+ * the same list as dpl_runner_step() with only its RECV_F, F, SEND_F and
+ * WAIT_SEND_F actions, in the list's order; no B, I, W, gradient
+ * reduction or STEP, and no gradient messages. Removing actions removes
+ * waits only, so the order stays free of deadlocks. Every rank of the
+ * job calls it at the same point of its sequence of steps and passes.
+ * The forward callback sees what a step's does, with these differences:
+ * its buffers (input and output) are the runner's only until the
+ * callback returns (the runner sends the output after), `slot` is free
+ * again when it returns, and `iteration` is the number of
+ * dpl_runner_step() calls made so far (a pass does not count as one).
+ * The caller knows it asked for a pass: the arguments do not say so.
+ * A pass's messages have tags of their own, so a pass and the steps
+ * around it never mix. Blocks like dpl_runner_step(), with the same
+ * waits, errors and failure handling: a failure on any rank makes every
+ * rank's call return an error within the timeout, and the runner stays
+ * failed. Adds to the action counts, per-action times and wait_ns of
+ * dpl_runner_stats(), not to `iterations` or `step_ns`. Does not
+ * allocate.
+ */
+DPL_EXTERN int dpl_runner_forward(dpl_runner *r);
 
 /*
  * dpl_runner_destroy - cancel what is pending, free every buffer; NULL

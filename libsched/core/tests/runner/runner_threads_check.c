@@ -42,6 +42,8 @@ static void one(enum dpl_policy pol, uint32_t stages, const uint32_t *reps,
 	w->cfg.timeout_ms = silent >= 0 ? 300 : 20000;
 	w->cfg.cap = pol == DPL_POLICY_BOUNDED ? 2 : 0;
 	w->cfg.chunks = pol == DPL_POLICY_INTERLEAVED ? 2 : 0;
+	/* Healthy worlds run a forward-only pass before each step too. */
+	w->cfg.passes = fail < 0 && silent < 0 ? 1 : 0;
 	for (i = 0; i < stages; i++)
 		w->cfg.replicas[i] = reps[i];
 	rc = toy_run(w);
@@ -51,8 +53,8 @@ static void one(enum dpl_policy pol, uint32_t stages, const uint32_t *reps,
 
 		CHECK(r->errors == 0, "%s: %s", name, r->first_error);
 		if (fail < 0 && silent < 0) {
-			CHECK(r->steps_ok == 2, "%s: rank %u: %s", name, i,
-			      r->msg);
+			CHECK(r->steps_ok == 2 && r->passes_ok == 2,
+			      "%s: rank %u: %s", name, i, r->msg);
 			for (s = 0; s < w->nstages; s++)
 				CHECK(!r->holds[s] || r->peak[s] == r->bound[s],
 				      "%s: rank %u stage %u peak %u bound %u",

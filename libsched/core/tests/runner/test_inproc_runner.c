@@ -51,8 +51,21 @@ static void check_world(struct toy_world *w, const char *what)
 			     (unsigned long long)w->samples_f[s]);
 		cr_assert_eq(w->samples_b[s], w->cfg.batch * w->cfg.iterations,
 			     "%s: stage %u", what, s);
+		cr_assert_eq(w->samples_p[s], (unsigned long long)w->cfg.batch *
+						      w->cfg.iterations *
+						      w->cfg.passes,
+			     "%s: stage %u forwarded %llu samples in passes",
+			     what, s, (unsigned long long)w->samples_p[s]);
 	}
+	for (i = 0; i < w->world; i++)
+		cr_assert_eq(w->res[i].passes_ok,
+			     w->cfg.passes * w->cfg.iterations,
+			     "%s: rank %u: %u passes: %s", what, i,
+			     w->res[i].passes_ok, w->res[i].msg);
 }
+
+/* Forward-only passes before each step of the next run_case_ex. */
+static uint32_t case_passes;
 
 static void run_case_ex(enum dpl_policy pol, const struct layout *l,
 			uint32_t mb, uint64_t batch, const char *options,
@@ -94,6 +107,7 @@ static void run_case_ex(enum dpl_policy pol, const struct layout *l,
 		w->cfg.chunks = 2;
 	w->cfg.overlap = overlap;
 	w->cfg.pytorch_comms = comms;
+	w->cfg.passes = case_passes;
 	for (i = 0; i < 4; i++)
 		w->cfg.replicas[i] = l->replicas[i];
 	rc = toy_run(w);
@@ -253,6 +267,55 @@ Test(runner, pytorch_comms_lists_move_every_value_right, .timeout = 180)
 	}
 }
 
+/*
+ * Forward-only passes (dpl_runner_forward), two before each step, on
+ * every policy and layout: every activation of a pass checked (it
+ * carries a mark a step's does not), no backward, weight gradient or
+ * step callback in a pass, the steps around the passes unchanged. M = 4S
+ * makes the passes reuse each stage's buffer sets several times (1F1B's
+ * first stage has S of them); M < S where the policy takes it; eager=0
+ * makes every send wait for its receive, so a pass that gave a buffer set
+ * back before its send was matched, or waited for a send before posting
+ * a receive its peer needs, would fail or hang here.
+ */
+Test(runner, forward_only_passes_move_every_value_right, .timeout = 240)
+{
+	static const enum dpl_policy pols[] = {
+	    DPL_POLICY_GPIPE,	      DPL_POLICY_1F1B,
+	    DPL_POLICY_1F1B_COMM,     DPL_POLICY_BOUNDED,
+	    DPL_POLICY_INTERLEAVED,   DPL_POLICY_ZB_H1,
+	    DPL_POLICY_LOOPED_BFS,    DPL_POLICY_INTERLEAVED_ZB,
+	    DPL_POLICY_ZBV,	      DPL_POLICY_DUALPIPEV};
+	static const char *const options[2] = {NULL, "eager=0"};
+
+	case_passes = 2;
+	for (size_t p = 0; p < sizeof pols / sizeof pols[0]; p++)
+		for (size_t k = 0; k < 2; k++)
+			for (size_t i = 0; i < sizeof layouts / sizeof layouts[0];
+			     i++) {
+				const struct layout *l = &layouts[i];
+				enum dpl_policy pol = pols[p];
+				bool v = pol == DPL_POLICY_ZBV ||
+					 pol == DPL_POLICY_DUALPIPEV;
+				uint32_t m = 4 * l->stages;
+
+				if (v && l->stages < 2)
+					continue;
+				run_case_ex(pol, l, m, m + 3, options[k],
+					    pol == DPL_POLICY_DUALPIPEV, false);
+				if (pol != DPL_POLICY_INTERLEAVED &&
+				    l->stages > 2)
+					run_case_ex(pol, l, l->stages - 1,
+						    l->stages + 2, options[k],
+						    false, false);
+			}
+	/* PyTorch's lowered form (WAIT_SEND_*, no STEP). */
+	run_case_ex(DPL_POLICY_1F1B, &layouts[0], 8, 11, "eager=0", false,
+		    true);
+	run_case_ex(DPL_POLICY_ZBV, &layouts[2], 5, 9, NULL, false, true);
+	case_passes = 0;
+}
+
 Test(runner, single_rank_world_runs_without_a_transport)
 {
 	struct dpl_schedule_params sp = {0};
@@ -287,9 +350,11 @@ Test(runner, single_rank_world_runs_without_a_transport)
 	dpl_schedule_destroy(s);
 }
 
-static struct toy_world *world_for_errors(const char *name, int fail,
-					  int silent, int leave,
-					  uint32_t timeout_ms)
+/* World: stage 0 = rank 0, stage 1 = ranks 1 and 2, stage 2 = 3; not
+ * run yet. */
+static struct toy_world *errors_world(const char *name, int fail,
+				      int silent, int leave,
+				      uint32_t timeout_ms)
 {
 	struct toy_world *w = calloc(1, sizeof *w);
 
@@ -307,6 +372,16 @@ static struct toy_world *world_for_errors(const char *name, int fail,
 	w->cfg.silent_rank = silent;
 	w->cfg.leave_rank = leave;
 	w->cfg.timeout_ms = timeout_ms;
+	return w;
+}
+
+static struct toy_world *world_for_errors(const char *name, int fail,
+					  int silent, int leave,
+					  uint32_t timeout_ms)
+{
+	struct toy_world *w = errors_world(name, fail, silent, leave,
+					   timeout_ms);
+
 	cr_assert_eq(toy_run(w), 0);
 	return w;
 }
@@ -338,6 +413,48 @@ Test(runner, a_failing_callback_stops_every_rank_naming_it, .timeout = 60)
 			cr_assert(strstr(r->msg, "rank 2 failed in 1F") != NULL,
 				  "%s", r->msg);
 		}
+	}
+	toy_free(w);
+	free(w);
+}
+
+/*
+ * A callback that fails in a forward-only pass stops every rank, naming
+ * the rank, as in a step: in that pass, or in its next call for a rank
+ * that had done its part of the pass (stage 0 and the failing rank's
+ * other replica need nothing back from it). The runner then stays
+ * failed.
+ */
+Test(runner, a_failing_forward_in_a_pass_stops_every_rank_naming_it,
+     .timeout = 60)
+{
+	struct toy_world *w = errors_world("fail-pass", 2, -1, -1, 20000);
+	uint32_t i;
+
+	w->cfg.passes = 1;
+	w->cfg.fail_in_pass = true;
+	cr_assert_eq(toy_run(w), 0);
+	for (i = 0; i < w->world; i++) {
+		struct toy_rank *r = &w->res[i];
+
+		/* The first pass and step ran; the second pass failed, or
+		 * the step after it on a rank done with it. */
+		cr_assert_eq(r->steps_ok, 1, "rank %u: %u steps", i,
+			     r->steps_ok);
+		if (r->passes_ok == 2 && i != 2 && i != 3)
+			cr_assert_eq(r->rc[1], DPL_EPEER, "rank %u: %d %s", i,
+				     r->rc[1], r->msg);
+		else
+			cr_assert(r->passes_ok == 1 &&
+					  r->pass_rc == (i == 2 ? DPL_ECALLBACK
+								: DPL_EPEER),
+				  "rank %u: %u passes, %d %s", i,
+				  r->passes_ok, r->pass_rc, r->msg);
+		cr_assert(strstr(r->msg, i == 2 ? "forward callback failed in 1F"
+						: "rank 2 failed in 1F") != NULL,
+			  "rank %u: %s", i, r->msg);
+		cr_assert_eq(r->cause, 2, "rank %u: cause %u", i, r->cause);
+		cr_assert_eq(r->errors, 0, "rank %u: %s", i, r->first_error);
 	}
 	toy_free(w);
 	free(w);

@@ -97,6 +97,7 @@ static void run(enum dpl_policy pol, uint32_t stages, const uint32_t *reps,
 	w->cfg.chunks = pol == DPL_POLICY_INTERLEAVED ? 2 : 0;
 	w->cfg.cap = pol == DPL_POLICY_BOUNDED ? 2 : 0;
 	w->cfg.fail_rank = w->cfg.silent_rank = w->cfg.leave_rank = -1;
+	w->cfg.passes = 1; /* a forward-only pass before each step, counted */
 	for (i = 0; i < stages; i++)
 		w->cfg.replicas[i] = reps[i];
 	toy_step_enter = enter;
@@ -104,6 +105,8 @@ static void run(enum dpl_policy pol, uint32_t stages, const uint32_t *reps,
 	cr_assert_eq(toy_run(w), 0, "%s", dpl_last_error());
 	for (i = 0; i < w->world; i++) {
 		cr_assert_eq(w->res[i].steps_ok, 3, "%s: rank %u: %s",
+			     dpl_policy_name(pol), i, w->res[i].msg);
+		cr_assert_eq(w->res[i].passes_ok, 3, "%s: rank %u: %s",
 			     dpl_policy_name(pol), i, w->res[i].msg);
 		cr_assert_eq(w->res[i].errors, 0);
 		cr_assert_eq(w->res[i].allocs_in_step, 0,
@@ -115,7 +118,7 @@ static void run(enum dpl_policy pol, uint32_t stages, const uint32_t *reps,
 	free(w);
 }
 
-Test(runner_alloc, stepping_does_not_allocate)
+Test(runner_alloc, stepping_and_forward_only_passes_do_not_allocate)
 {
 	static const uint32_t reps[3] = {2, 3, 1};
 	enum dpl_policy pol;

@@ -14,6 +14,7 @@ struct toy {
 	struct dpl_buffer gb[TOY_MAX_STAGES];
 	uint8_t busy[TOY_MAX_STAGES][64];
 	struct toy_rank *res;
+	bool pass;               /* inside dpl_runner_forward() */
 };
 
 static double base(uint64_t it, uint64_t i, uint32_t k)
@@ -45,16 +46,20 @@ static int toy_forward(void *u, const struct dpl_stage_args *a)
 	double *out = a->output;
 	uint64_t n = a->end - a->begin, j;
 	uint32_t k, s = a->stage;
+	double mark = t->pass ? 0.25 : 0.0;
 
 	if (t->w->cfg.fail_rank == (int)t->rank &&
-	    a->iteration == t->w->cfg.fail_iter)
+	    a->iteration == t->w->cfg.fail_iter &&
+	    t->pass == t->w->cfg.fail_in_pass)
 		return dpl_set_error(DPL_ECALLBACK,
 					 "injected failure on rank %u",
 					 t->rank);
 	if (a->slot >= 64 || t->busy[s][a->slot])
 		bad(t, "slot reused while alive", a);
-	else
+	else if (!t->pass)
 		t->busy[s][a->slot] = 1;
+	if (t->pass && a->grad_output != NULL)
+		bad(t, "gradient buffer in a forward-only pass", a);
 	if (s > 0 && a->input_bytes != n * TOY_K * 8)
 		bad(t, "input size", a);
 	if (s + 1 < t->S && a->output_bytes != n * TOY_K * 8)
@@ -63,12 +68,13 @@ static int toy_forward(void *u, const struct dpl_stage_args *a)
 		for (k = 0; k < TOY_K; k++) {
 			double b = base(a->iteration, a->begin + j, k);
 
-			if (s > 0 && in[j * TOY_K + k] != b + s)
+			if (s > 0 && in[j * TOY_K + k] != b + s + mark)
 				return bad(t, "wrong activation", a);
 			if (s + 1 < t->S)
-				out[j * TOY_K + k] = b + s + 1;
+				out[j * TOY_K + k] = b + s + 1 + mark;
 		}
-	atomic_fetch_add(&t->w->samples_f[s], n);
+	atomic_fetch_add(t->pass ? &t->w->samples_p[s] : &t->w->samples_f[s],
+			 n);
 	return 0;
 }
 
@@ -79,6 +85,9 @@ static int toy_input(void *u, const struct dpl_stage_args *a)
 	double *gi = a->grad_input;
 	uint64_t n = a->end - a->begin, j;
 	uint32_t k, s = a->stage;
+
+	if (t->pass)
+		return bad(t, "backward in a forward-only pass", a);
 
 	for (j = 0; j < n; j++)
 		for (k = 0; k < TOY_K; k++) {
@@ -102,6 +111,9 @@ static int toy_weight(void *u, const struct dpl_stage_args *a)
 	struct toy *t = u;
 	uint64_t i;
 	uint32_t k, s = a->stage;
+
+	if (t->pass)
+		return bad(t, "weight gradient in a forward-only pass", a);
 
 	for (i = a->begin; i < a->end; i++)
 		for (k = 0; k < TOY_G; k++)
@@ -140,6 +152,13 @@ static int toy_step(void *u, uint32_t stage, uint64_t it)
 	struct toy *t = u;
 	uint64_t B = t->w->cfg.batch;
 	uint32_t k;
+
+	if (t->pass) {
+		struct dpl_stage_args a = {0};
+
+		a.stage = stage;
+		return bad(t, "step in a forward-only pass", &a);
+	}
 
 	/* After the reduction every replica holds the whole batch's sum. */
 	for (k = 0; k < TOY_G; k++)
@@ -242,6 +261,26 @@ static void *rank_main(void *arg)
 	}
 	for (i = 0; r != NULL && i < w->cfg.iterations &&
 		    (int)ta->rank != w->cfg.silent_rank; i++) {
+		uint32_t p;
+		int prc = 0;
+
+		for (p = 0; p < w->cfg.passes && prc == 0; p++) {
+			toy->pass = true;
+			if (toy_step_enter)
+				toy_step_enter();
+			prc = dpl_runner_forward(r);
+			if (toy_step_leave)
+				res->allocs_in_step += toy_step_leave();
+			toy->pass = false;
+			if (prc == 0)
+				res->passes_ok++;
+		}
+		if (prc != 0) {
+			res->pass_rc = prc;
+			snprintf(res->msg, sizeof res->msg, "%s",
+				 dpl_last_error());
+			break;
+		}
 		if (toy_step_enter)
 			toy_step_enter();
 		res->rc[i] = dpl_runner_step(r);

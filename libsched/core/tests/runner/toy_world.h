@@ -48,6 +48,12 @@ struct toy_cfg {
 	const struct dpl_transport_ops *ops; /* NULL: dpl_transport_inproc */
 	const char *options;     /* the transport's, or NULL */
 	bool overlap;            /* stage callbacks with an overlap member */
+	uint32_t passes;         /* dpl_runner_forward() calls before each
+				    step; their activations carry a 0.25
+				    mark, and any other callback in them
+				    counts as an error */
+	bool fail_in_pass;       /* fail_rank fails in the pass, not the
+				    step, of iteration fail_iter */
 	bool pytorch_comms;      /* run the lowered schedule as written by
 				    dpl_schedule_write_csv_comms (no STEP,
 				    WAIT_SEND_* and WAIT_REDUCE_GRAD) and
@@ -59,6 +65,8 @@ struct toy_rank {
 	int create_rc;
 	int rc[TOY_ITERS_MAX];
 	uint32_t steps_ok;
+	uint32_t passes_ok;
+	int pass_rc;             /* of the first pass that failed, else 0 */
 	char msg[600];
 	uint32_t cause;          /* dpl_runner_cause() after the run */
 	int errors;
@@ -82,6 +90,7 @@ struct toy_world {
 	struct toy_rank res[TOY_MAX_RANKS];
 	atomic_ullong samples_f[TOY_MAX_STAGES];
 	atomic_ullong samples_b[TOY_MAX_STAGES];
+	atomic_ullong samples_p[TOY_MAX_STAGES]; /* forwarded in passes */
 };
 
 /* Hooks for the allocation test: called around each dpl_runner_step. */
