@@ -101,6 +101,57 @@ def test_scalar_pipeline_gradients_in_closed_form(policy):
             assert cb.seen_views == {True}   # the array is dpl's buffer, not a copy
 
 
+class ForwardOnly(Scale):
+    """Scale whose last stage records each sample's output, and which
+    fails on any backward-side callback."""
+
+    def __init__(self, S, weights):
+        super().__init__(S, weights)
+        self.y = {}
+
+    def forward(self, a):
+        super().forward(a)
+        if a.stage == self.S - 1:
+            x = self.x.pop((a.stage, a.microbatch))
+            for i, v in zip(range(a.begin, a.end), x * self.w[a.stage][0]):
+                self.y[i] = float(v)
+        else:
+            self.x.pop((a.stage, a.microbatch))
+
+    def backward(self, a):
+        raise AssertionError("backward in a forward-only pass")
+
+    def step(self, stage, iteration):
+        raise AssertionError("step in a forward-only pass")
+
+
+def forward_rank(S, M, batch, weights):
+    w = dpl.world.current()
+    sched = dpl.schedule("1f1b", S, M).lower()
+    cb = ForwardOnly(S, weights)
+    with dpl.world.Transport.open(w) as t:
+        r = Runner(sched, cb, batch=batch, activation_bytes=[8] * S, rank=w.rank, transport=t)
+        r.forward()
+        r.forward()
+        stats = r.stats()
+        r.close()
+    return cb, stats
+
+
+def test_forward_only_passes_run_the_forwards_alone():
+    S, M, batch = 3, 6, 10
+    wts = [2.0, -3.0, 0.5]
+    results = dpl.run.threads(S, forward_rank, S, M, batch, wts, timeout=60)
+    cb, _ = results[-1]
+    assert cb.y == {i: pytest.approx(i * wts[0] * wts[1] * wts[2], rel=1e-15)
+                    for i in range(batch)}
+    for s, (cb, stats) in enumerate(results):
+        assert stats["iterations"] == 0
+        assert stats["count"]["F"] == 2 * M
+        assert stats["count"]["B"] == 0 and stats["count"]["RECV_B"] == 0
+        assert stats["count"]["SEND_F"] == (2 * M if s < S - 1 else 0)
+
+
 def test_callback_exception_reaches_the_caller_and_peers():
     class Bad(Scale):
         def forward(self, a):

@@ -42,9 +42,18 @@ def test_bad_microbatch_count(m):
     assert f"n_microbatches must be an int >= 1 (got {m!r})" in str(e.value)
 
 
-def test_loss_fn_required():
-    with pytest.raises(dpl.InvalidArgument, match="loss_fn is required"):
-        ScheduleGPipe(PipelineStage(lin(), 0, 1), 2)
+def test_without_loss_fn_a_step_is_forward_only():
+    # as PyTorch: no loss_fn, no backward (it used to be refused here)
+    mod = lin()
+    s = ScheduleGPipe(PipelineStage(mod, 0, 1), 2)
+    x = torch.ones(4, 4, dtype=torch.float64)
+    try:
+        out = s.step(x)
+    finally:
+        s.close()
+    with torch.no_grad():
+        assert torch.equal(out, mod(x))
+    assert all(p.grad is None for p in mod.parameters())
 
 
 def test_bad_policy_names_it():
@@ -77,7 +86,7 @@ def test_missing_target_and_inputs():
     x = torch.zeros(4, 4, dtype=torch.float64)
     with pytest.raises(dpl.InvalidArgument, match="needs target="):
         s.step(x)
-    with pytest.raises(dpl.InvalidArgument, match="needs the batch's inputs"):
+    with pytest.raises(dpl.InvalidArgument, match="need the batch's inputs"):
         one_rank().step(target=x)
 
 

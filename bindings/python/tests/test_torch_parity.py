@@ -1,6 +1,7 @@
 """dpl.torch is a drop-in for torch.distributed.pipelining: one training
 script, run once with PyTorch's import line and once with dpl's, trains to
-the same parameters.
+the same parameters, and its forward-only pass (``eval``) after training
+gives the same outputs and losses.
 
 The script (SCRIPT below) initialises torch.distributed (gloo on 127.0.0.1,
 a free port; dpl.torch then takes its store as the rendezvous), cuts a
@@ -44,6 +45,11 @@ DPL_IMPORT = f"from dpl.torch import {_CLASSES}"
 # r and 2P-1-r)
 TWO_PER_RANK = ("ScheduleInterleaved1F1B", "ScheduleLoopedBFS",
                 "ScheduleInterleavedZeroBubble", "ScheduleZBVZeroBubble", "ScheduleDualPipeV")
+# classes whose eval() is compared with PyTorch's: with two stages per rank
+# PyTorch 2.15's eval failed in this script ("can't steal_bwd_input if this
+# stage doesn't have backward"), which ends the launch; dpl.torch's eval of
+# those classes is checked against one process in test_torch_eval.py
+EVAL_NAMES = ("ScheduleGPipe", "Schedule1F1B")
 RANKS = 2
 LAUNCH_TIMEOUT = 60.0
 TOL = 1e-5
@@ -75,6 +81,12 @@ def batches():
     g = torch.Generator().manual_seed(11)
     return [(torch.randn(BATCH, WIDTHS[0], generator=g),
              torch.randn(BATCH, WIDTHS[-1], generator=g)) for _ in range(ITERS)]
+
+
+def eval_batch():
+    g = torch.Generator().manual_seed(13)
+    return (torch.randn(BATCH, WIDTHS[0], generator=g),
+            torch.randn(BATCH, WIDTHS[-1], generator=g))
 '''
 
 SCRIPT = '''
@@ -124,9 +136,18 @@ def train(name, rank, world):
         sched.step(*args, **kw)
         opt.step()
         all_losses.append([float(l) for l in losses])
-    return {{"params": {{s: [p.detach().clone() for p in parts[s].parameters()]
-                        for s in mine}},
-            "losses": all_losses}}
+    result = {{"params": {{s: [p.detach().clone() for p in parts[s].parameters()]
+                          for s in mine}},
+              "losses": all_losses}}
+    if not csv_dir and name in {EVAL}:  # a forward-only pass of the trained model
+        xe, ye = eval_batch()
+        ev_losses = []
+        ekw = {{"target": ye, "losses": ev_losses}} if n_stages - 1 in mine else {{}}
+        with torch.no_grad():
+            out = sched.eval(*((xe,) if 0 in mine else ()), **ekw)
+        result["eval"] = {{"out": None if out is None else out.detach().clone(),
+                          "losses": [float(l) for l in ev_losses]}}
+    return result
 
 
 def main():
@@ -165,7 +186,8 @@ def _launch(import_line: str, names: list[str], tmp_path, tag: str,
     {"params": {stage: tensors}, "losses": ...} or {"error": text}}.
     Bounded by LAUNCH_TIMEOUT; stragglers are killed."""
     script = tmp_path / f"train_{tag}.py"
-    script.write_text(SCRIPT.format(IMPORT=import_line, MODEL=MODEL, TWO=repr(TWO_PER_RANK)))
+    script.write_text(SCRIPT.format(IMPORT=import_line, MODEL=MODEL, TWO=repr(TWO_PER_RANK),
+                                    EVAL=repr(EVAL_NAMES)))
     port = str(free_port(2))  # torch's store, and dpl's MASTER_PORT + 1
     procs, outs, logs = [], [], []
     for r in range(RANKS):
@@ -211,10 +233,13 @@ def _launch(import_line: str, names: list[str], tmp_path, tag: str,
                 merged[n] = {"error": f"{tag}: rank {r}:\n{d['error']}\n{report}"}
             elif "error" not in merged[n]:
                 merged[n]["params"].update(d["params"])
+                ev = d.get("eval")
+                if ev is not None and ev["out"] is not None:
+                    merged[n]["eval"] = ev
                 if d["losses"] and d["losses"][0]:
                     merged[n]["losses"] = d["losses"]
     for n in names:
-        if not merged[n]["params"] and "error" not in merged[n]:
+        if "error" not in merged[n] and not merged[n]["params"]:
             merged[n] = {"error": f"{tag}: not run (an earlier schedule failed)\n{report}"}
     return merged
 
@@ -293,3 +318,31 @@ def test_same_script_same_parameters(name, runs):
     flat = [v for it in dp["losses"] for v in it]
     assert flat == pytest.approx([v for it in pt["losses"] for v in it], rel=TOL)
     assert flat == pytest.approx([v for it in ref["losses"] for v in it], rel=TOL)
+
+
+@pytest.mark.parametrize("name", EVAL_NAMES)
+def test_same_script_same_eval(name, runs):
+    """schedule.eval() after training: the last stage's outputs and losses
+    agree between the sides, and with the unsplit model in this process."""
+    n_stages = RANKS * (2 if name in TWO_PER_RANK else 1)
+    ns = _model_namespace()
+    ref = _reference(n_stages)
+    parts = ns["build_parts"](n_stages)
+    with torch.no_grad():
+        for s in range(n_stages):
+            for p, q in zip(parts[s].parameters(), ref["params"][s]):
+                p.copy_(q)
+        xe, ye = ns["eval_batch"]()
+        model = torch.nn.Sequential(*parts)
+        want = model(xe)
+        M = ns["MICROBATCHES"]
+        want_losses = [float(torch.nn.functional.mse_loss(model(a), b))
+                       for a, b in zip(xe.tensor_split(M), ye.tensor_split(M))]
+    pt, dp = runs["torch"][name], runs["dpl"][name]
+    assert "error" not in pt, pt.get("error")
+    assert "error" not in dp, dp.get("error")
+    assert "eval" in pt and "eval" in dp
+    assert _rel(dp["eval"]["out"], pt["eval"]["out"]) <= TOL
+    assert _rel(dp["eval"]["out"], want) <= TOL
+    assert dp["eval"]["losses"] == pytest.approx(pt["eval"]["losses"], rel=TOL)
+    assert dp["eval"]["losses"] == pytest.approx(want_losses, rel=TOL)

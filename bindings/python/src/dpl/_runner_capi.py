@@ -109,6 +109,7 @@ def core() -> ctypes.CDLL:
     protos = {
         "dpl_runner_create": (c_int, [POINTER(RunnerParams), POINTER(c_void_p)]),
         "dpl_runner_step": (c_int, [c_void_p]),
+        "dpl_runner_forward": (c_int, [c_void_p]),
         "dpl_runner_destroy": (None, [c_void_p]),
         "dpl_runner_last_error": (c_char_p, [c_void_p]),
         "dpl_runner_cause": (c_uint32, [c_void_p]),

@@ -255,9 +255,23 @@ class Runner:
         naming the peer waited for; other :class:`dpl.Error`. After a
         failure the runner stays failed (close it).
         """
+        self._run(self._lib.dpl_runner_step)
+
+    def forward(self) -> None:
+        """Run a forward-only pass (``dpl_runner_forward``): this rank's
+        RECV_F, F and SEND_F actions of the list, in order; no backward,
+        gradient reduction or step callback. The forward callback's
+        buffers are dpl's only until it returns. Every rank calls it at
+        the same point of its sequence of steps and passes. Blocks and
+        raises as :meth:`step` does; a rank whose part of the pass was
+        done when another failed raises at its next call.
+        """
+        self._run(self._lib.dpl_runner_forward)
+
+    def _run(self, fn) -> None:
         if not self._ptr:
             raise errors.Error(errors.ECANCELED, "DPL_ECANCELED", "the runner is closed")
-        rc = self._lib.dpl_runner_step(self._ptr)
+        rc = fn(self._ptr)
         self._grad_bufs.clear()
         if rc == 0:
             return

@@ -3,7 +3,10 @@
 runner, and ``ScheduleDAPPLE`` for what PyTorch lacks (uneven per-stage
 replication, every dpl policy, any micro-batch count the policy accepts).
 
-``step(*args, target=None, losses=None)`` has PyTorch's semantics: the
+``step(*args, target=None, losses=None, ...)`` and ``eval(...)`` have
+PyTorch's semantics (pre-split ``arg_mbs``/``kwarg_mbs``/``target_mbs``,
+``loss_kwargs``, ``return_outputs``; without a ``loss_fn`` a step is a
+forward-only pass, as ``eval``): the
 first stage takes the whole batch and splits it into micro-batches along
 dimension 0 (sizes differ by at most one, larger first, as
 ``torch.tensor_split``); the last stage takes the target, appends each
@@ -32,6 +35,7 @@ from .. import errors, world as dpl_world
 from ..runner import Runner, dtype_code, split
 from ..schedule import schedule as build_schedule
 from . import _autograd
+from ._inputs import join_microbatches
 from .stage import PipelineStage, _bad, nbytes_per_sample, split_replicas
 
 _META_BYTES = 2048
@@ -76,38 +80,90 @@ class _PipelineSchedule:
         self._reduce = False
         self._batch: int | None = None
         self._failed: BaseException | None = None
-        if loss_fn is None:
-            raise _bad("loss_fn is required: dpl's schedules train (forward and backward); "
-                       "pass the same loss_fn on every rank, as with PyTorch")
+        # as PyTorch: without a loss_fn there is nothing to differentiate,
+        # and step() runs forward-only passes like eval()
+        self._has_backward = loss_fn is not None
+        self._train = True
+        self._keep_outputs = True
+        self._loss_kwargs: dict = {}
 
     # ---------------------------------------------------------------
     def step(self, *args: Any, target: Any = None, losses: list | None = None,
+             return_outputs: bool = True, loss_kwargs: dict | None = None,
+             arg_mbs: list | None = None, kwarg_mbs: list | None = None,
+             target_mbs: list | None = None, finalize_gradients: bool = True,
              **kwargs: Any) -> Any:
         """Run one iteration (forward and backward of every micro-batch).
 
         Args: the whole batch's inputs on the first stage (positional and
         keyword); ``target`` and ``losses`` (a list to append the
-        per-micro-batch losses to) on the last. Blocks until this rank's
-        part is done; every wait is bounded by ``timeout``.
+        per-micro-batch losses to) on the last. Or, instead of the whole
+        batch, ``arg_mbs``/``kwarg_mbs``/``target_mbs``: one entry per
+        micro-batch, of the sizes dpl splits into (``torch.tensor_split``'s).
+        ``loss_kwargs`` go to ``loss_fn``; with ``return_outputs=False`` the
+        last stage keeps and returns no outputs. ``finalize_gradients`` is
+        accepted for PyTorch's signature and changes nothing: dpl's stages
+        hold their parameters whole (no FSDP). Without a ``loss_fn`` the
+        step is a forward-only pass, as :meth:`eval`. Blocks until this
+        rank's part is done; every wait is bounded by ``timeout``.
         Returns the merged output on the last stage, None elsewhere.
         Raises: the exception of this rank's stage; dpl.PeerError naming
         the rank that failed; dpl.TimeoutError; InvalidArgument for inputs
-        that do not match the first step's shapes.
+        that do not match the first step's shapes, and for a step with a
+        ``loss_fn`` under ``torch.no_grad()`` (use :meth:`eval`).
         """
+        if self._has_backward and not torch.is_grad_enabled():
+            raise _bad("step() computes gradients and cannot run under torch.no_grad(); "
+                       "use eval() for forward-only passes")
+        return self._run(self._has_backward, args, kwargs, target, losses, return_outputs,
+                         loss_kwargs, arg_mbs, kwarg_mbs, target_mbs)
+
+    def eval(self, *args: Any, target: Any = None, losses: list | None = None,
+             arg_mbs: list | None = None, kwarg_mbs: list | None = None,
+             target_mbs: list | None = None, **kwargs: Any) -> Any:
+        """Run a forward-only pass over every micro-batch, as PyTorch's
+        ``eval``: the inputs and targets of :meth:`step`; the last stage
+        computes each micro-batch's loss when it has a ``loss_fn`` and a
+        target, appends it to ``losses`` and returns the outputs
+        concatenated (None elsewhere). No gradient is computed and the
+        parameters and their ``.grad`` are left as they are; the forwards
+        run under ``torch.no_grad()`` and the outputs are detached, as
+        :meth:`step`'s. The pass runs on dpl's runner
+        (``dpl_runner_forward``) in the schedule's own order with the
+        backward actions left out, and uses the buffers set up for the
+        steps: the batch size is the first call's. Every rank calls it at
+        the same point of its sequence of steps and passes. Raises as
+        :meth:`step`; a rank whose part of the pass was done when another
+        failed raises at its next call.
+        """
+        return self._run(False, args, kwargs, target, losses, True, None,
+                         arg_mbs, kwarg_mbs, target_mbs)
+
+    def _run(self, train: bool, args: tuple, kwargs: dict, target: Any, losses: list | None,
+             return_outputs: bool, loss_kwargs: dict | None, arg_mbs: Any, kwarg_mbs: Any,
+             target_mbs: Any) -> Any:
         if self._failed is not None:
             raise errors.Error(errors.ECANCELED, "DPL_ECANCELED",
                                f"an earlier step failed ({self._failed}); build a new schedule")
+        if losses is not None and not isinstance(losses, list):
+            raise _bad(f"losses must be a list (got {type(losses).__name__})")
+        if loss_kwargs is not None and not isinstance(loss_kwargs, dict):
+            raise _bad(f"loss_kwargs must be a dict (got {type(loss_kwargs).__name__})")
+        args, kwargs, target = join_microbatches(self._n_microbatches, args, kwargs, target,
+                                                 arg_mbs, kwarg_mbs, target_mbs)
         first = self._stages.get(0)
         last = self._stages.get(next(iter(self._stages.values())).num_stages - 1)
         if first is not None:
             if not args and not kwargs:
-                raise _bad("the first stage's step() needs the batch's inputs")
+                raise _bad("the first stage's step() and eval() need the batch's inputs")
             b = _batch_of(args, kwargs)
         else:
             b = None
-        if last is not None and self._loss_fn is not None and target is None:
+        if train and last is not None and target is None:
             raise _bad("the last stage's step() needs target= when loss_fn is given")
         self._args, self._kwargs, self._target = args, kwargs, target
+        self._train, self._keep_outputs = train, bool(return_outputs)
+        self._loss_kwargs = loss_kwargs or {}
         self._outputs: dict[int, list] = {}
         self._losses: dict[int, Any] = {}
         try:
@@ -115,11 +171,15 @@ class _PipelineSchedule:
                 self._setup(args, kwargs, b)
             elif b is not None and b != self._batch:
                 raise _bad(f"batch of {b} samples; the first step had {self._batch} "
-                           "(dpl fixes the batch at the first step)")
-            if self._reduce:
-                for s in self._stages.values():
-                    s.bind_grads()
-            self._runner.step()
+                           "(dpl fixes the batch at the first step or eval)")
+            if train:
+                if self._reduce:
+                    for s in self._stages.values():
+                        s.bind_grads()
+                self._runner.step()
+            else:
+                with torch.no_grad():
+                    self._runner.forward()
         except BaseException as e:
             self._failed = e
             from .._report import report_failure
@@ -127,6 +187,7 @@ class _PipelineSchedule:
             raise
         finally:
             self._args = self._kwargs = self._target = None
+            self._train = True
             if self._runner is not None:   # the next step splits its own inputs
                 self._cb.new_step()
             for s in self._stages.values():
@@ -205,7 +266,7 @@ class _PipelineSchedule:
         self._transport = dpl_world.Transport.open(w, name=self._transport_name,
                                                    timeout=self._timeout) if w.world_size > 1 else None
         cb = self._cb = _Callbacks(self, reps[prank], self._replica)
-        if self._reduce:
+        if self._reduce and self._train:
             for st in self._stages.values():
                 st.bind_grads()
         self._runner = Runner(sched, cb, batch=self._batch, activation_bytes=ab,
@@ -300,28 +361,37 @@ class _Callbacks:
             return args, kw, None
         shape, dtype = st.in_meta
         v = a.tensor("input", dtype, (n, *shape))
+        if not self.s._train:   # a forward-only pass: the view, no graph
+            return (v,), {}, v
         inp = v.detach().requires_grad_(True)
         return (inp,), {}, inp
 
     def forward(self, a) -> None:
         st = self.s._stages[a.stage]
+        train = self.s._train
         args, kw, inp = self._inputs(st, a)
         out = st.submod(*args, **kw)
         if st.is_last:
             loss = None
-            if self.s._loss_fn is not None:
+            if self.s._loss_fn is not None and self.s._target is not None:
                 tgt = self.split_target
                 if tgt is None:
                     tgt = self.split_target = self._split(self.s._target)
                 tgt = self._take(a, self.s._target, tgt) if tgt is not None \
                     else self.s._target[a.begin:a.end]
-                loss = self.s._loss_fn(out, tgt)
+                loss = self.s._loss_fn(out, tgt, **self.s._loss_kwargs)
                 w = self._share(a)
                 if w != 1.0:
                     loss = loss * w
                 self.s._losses[a.microbatch] = loss.detach()
-            self.s._outputs.setdefault(a.microbatch, []).append(out.detach())
-            st.state[a.microbatch] = (inp, loss if loss is not None else out, None)
+            if self.s._keep_outputs:
+                o = out.detach()
+                if not train and inp is not None and torch.is_tensor(o) and \
+                        o.untyped_storage().data_ptr() == inp.untyped_storage().data_ptr():
+                    o = o.clone()   # dpl's input buffer is reused once this returns
+                self.s._outputs.setdefault(a.microbatch, []).append(o)
+            if train:
+                st.state[a.microbatch] = (inp, loss if loss is not None else out, None)
             return
         if not torch.is_tensor(out):
             raise _bad(f"stage {a.stage} returned {type(out).__name__}; dpl.torch carries one "
@@ -332,7 +402,8 @@ class _Callbacks:
             raise _bad(f"stage {a.stage} micro-batch {a.microbatch}: output {tuple(out.shape)} "
                        f"{out.dtype}, expected {(n, *shape)} {dtype} (from the first step)")
         a.tensor("output", dtype, out.shape).copy_(out.detach())
-        st.state[a.microbatch] = (inp, out, None)
+        if train:
+            st.state[a.microbatch] = (inp, out, None)
 
     def _share(self, a) -> float:
         n = a.end - a.begin

@@ -1,0 +1,86 @@
+"""Inputs given already split into micro-batches (``arg_mbs``,
+``kwarg_mbs``, ``target_mbs`` of ``torch.distributed.pipelining``'s
+``step`` and ``eval``), joined back into the whole batch dpl splits itself.
+
+dpl cuts a batch of B samples into M micro-batches of sizes that differ by
+at most one, larger first (``torch.tensor_split``'s sizes); pre-split
+inputs are accepted when their sizes are those, and refused with the sizes
+named otherwise.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from .stage import _bad
+
+
+def _sizes(batch: int, m: int) -> list[int]:
+    q, r = divmod(batch, m)
+    return [q + (1 if j < r else 0) for j in range(m)]
+
+
+def _join(parts: list, what: str) -> Any:
+    """One value from M micro-batch values: tensors concatenated along
+    dimension 0 (their sizes checked), anything else equal in every
+    micro-batch and taken once."""
+    first = parts[0]
+    if torch.is_tensor(first):
+        if not all(torch.is_tensor(p) and p.dim() >= 1 for p in parts):
+            raise _bad(f"{what}: every micro-batch needs a tensor with a batch dimension")
+        sizes = [int(p.shape[0]) for p in parts]
+        want = _sizes(sum(sizes), len(parts))
+        if sizes != want:
+            raise _bad(f"{what}: micro-batch sizes {sizes}; dpl splits a batch of {sum(sizes)} "
+                       f"into {want} (sizes differ by at most one, larger first, as "
+                       "torch.tensor_split)")
+        return torch.cat(parts)
+    if any(p is not first and p != first for p in parts):
+        raise _bad(f"{what}: a value that is not a tensor must be the same in every micro-batch")
+    return first
+
+
+def join_microbatches(m: int, args: tuple, kwargs: dict, target: Any, arg_mbs: Any,
+                      kwarg_mbs: Any, target_mbs: Any) -> tuple[tuple, dict, Any]:
+    """(args, kwargs, target) for the whole batch, from either whole-batch
+    values or pre-split ones (never both, as PyTorch requires)."""
+    if arg_mbs is None and kwarg_mbs is None and target_mbs is None:
+        return args, kwargs, target
+    if args:
+        raise _bad("with pre-split inputs, pass the positional inputs through arg_mbs=..., "
+                   "not as positional arguments")
+    if kwargs:
+        raise _bad(f"unexpected keyword arguments with pre-split inputs: "
+                   f"{', '.join(sorted(kwargs))}; pass them through kwarg_mbs=...")
+    if target is not None:
+        raise _bad("with pre-split inputs, pass the targets through target_mbs=..., not target=")
+    for name, mbs, kind in (("arg_mbs", arg_mbs, tuple), ("kwarg_mbs", kwarg_mbs, dict),
+                            ("target_mbs", target_mbs, None)):
+        if mbs is None:
+            continue
+        if not isinstance(mbs, list):
+            raise _bad(f"{name} must be a list (got {type(mbs).__name__})")
+        if len(mbs) != m:
+            raise _bad(f"{name} has {len(mbs)} entries for {m} micro-batches")
+        if kind is not None:
+            for j, x in enumerate(mbs):
+                if not isinstance(x, kind):
+                    raise _bad(f"{name}[{j}] must be a {kind.__name__} "
+                               f"(got {type(x).__name__})")
+    if arg_mbs is not None:
+        n = len(arg_mbs[0])
+        if any(len(x) != n for x in arg_mbs):
+            raise _bad(f"arg_mbs: micro-batches have {sorted({len(x) for x in arg_mbs})} "
+                       "positional inputs; they need the same number")
+        args = tuple(_join([x[i] for x in arg_mbs], f"arg_mbs[*][{i}]") for i in range(n))
+    if kwarg_mbs is not None:
+        keys = set(kwarg_mbs[0])
+        if any(set(x) != keys for x in kwarg_mbs):
+            raise _bad("kwarg_mbs: micro-batches have different keys")
+        kwargs = {k: _join([x[k] for x in kwarg_mbs], f"kwarg_mbs[*][{k!r}]")
+                  for k in sorted(keys)}
+    if target_mbs is not None:
+        target = _join(list(target_mbs), "target_mbs")
+    return args, kwargs, target
