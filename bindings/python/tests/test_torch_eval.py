@@ -32,9 +32,10 @@ def _mine(policy, reps, V, rank):
     return [p + k * P for k in range(V)]
 
 
-def eval_rank(parts, batches, reps, V, policy, M):
+def eval_rank(parts, batches, reps, V, policy, M, at=1):
     """step(batch 0), eval(batch 1) with the gradients of step 0 still in
-    .grad, step(batch 2): what each call gave and the state around eval."""
+    .grad, step(batch 2) (at=1); or eval(batch 0) before any step, then
+    step(batch 1) (at=0): what each call gave and the state around eval."""
     w = dpl.world.current()
     mine = _mine(policy, reps, V, w.rank)
     S = len(parts)
@@ -50,13 +51,18 @@ def eval_rank(parts, batches, reps, V, policy, M):
         for it, (x, y) in enumerate(batches):
             args = (x,) if first else ()
             target = y if last else None
-            if it == 1:
-                before = [(q.detach().clone(), q.grad.clone()) for q in params]
+            if it == at:
+                before = [(q.detach().clone(), q.grad,
+                           None if q.grad is None else q.grad.clone()) for q in params]
                 losses = []
                 out["eval"] = sched.eval(*args, target=target, losses=losses)
                 out["eval_losses"] = [float(v) for v in losses]
-                out["untouched"] = all(torch.equal(q, a) and torch.equal(q.grad, g)
-                                       for q, (a, g) in zip(params, before))
+                # the same values, and the same .grad objects with the same values
+                out["untouched"] = all(
+                    torch.equal(q, a) and (q.grad is None if g is None else
+                                           q.grad is g and torch.equal(q.grad, gv))
+                    for q, (a, g, gv) in zip(params, before))
+                out["grads_after"] = [None if q.grad is None else q.grad.clone() for q in params]
                 out["eval_no_graph"] = out["eval"] is None or out["eval"].grad_fn is None
                 continue
             opt.zero_grad()
@@ -241,3 +247,25 @@ def test_bad_step_and_eval_arguments_are_named(case, message):
     batch = data(10, WIDTHS, 1, torch.float64)[0]
     with pytest.raises(dpl.InvalidArgument, match=message):
         dpl.run.threads(1, bad_rank, parts, batch, case, timeout=60)
+
+
+def test_eval_before_any_step_on_replicas():
+    """eval as the first call sets dpl up (a replicated stage included),
+    gives the initial model's outputs, and the step after it trains as if
+    it were the first."""
+    reps, M = [2, 1], 3
+    parts = mlp(WIDTHS, 2, torch.float64)
+    batches = data(10, WIDTHS, 2, torch.float64)
+    with torch.no_grad():
+        want = torch.nn.Sequential(*copy.deepcopy(parts))(batches[0][0])
+    ref, _ = reference(parts, batches[1:], M, "sgd")
+    res = dpl.run.threads(3, eval_rank, parts, batches, reps, 1, "1f1b", M, 0, timeout=120)
+    outs = [o["eval"] for _, o in res if o.get("eval") is not None]
+    assert len(outs) == 1 and max_rel_diff(outs, [want]) <= 1e-10
+    worst = max(max_rel_diff(ps, list(ref[s].parameters()))
+                for params, _ in res for s, ps in params.items())
+    assert worst <= 1e-10
+    for rank, (_, o) in enumerate(res):
+        assert o["untouched"] or rank < 2   # ranks 0, 1: stage 0's replicas
+        if rank < 2:   # .grad bound (zeros) for dpl's reduction, values untouched
+            assert all(g is not None and not g.any() for g in o["grads_after"])

@@ -131,7 +131,9 @@ class _PipelineSchedule:
         :meth:`step`'s. The pass runs on dpl's runner
         (``dpl_runner_forward``) in the schedule's own order with the
         backward actions left out, and uses the buffers set up for the
-        steps: the batch size is the first call's. Every rank calls it at
+        steps: the batch size is the first call's (and on a replicated
+        stage, a first call gives ``.grad`` zeros where it is None, as a
+        step does). Every rank calls it at
         the same point of its sequence of steps and passes. Raises as
         :meth:`step`; a rank whose part of the pass was done when another
         failed raises at its next call.
@@ -266,7 +268,7 @@ class _PipelineSchedule:
         self._transport = dpl_world.Transport.open(w, name=self._transport_name,
                                                    timeout=self._timeout) if w.world_size > 1 else None
         cb = self._cb = _Callbacks(self, reps[prank], self._replica)
-        if self._reduce and self._train:
+        if self._reduce:   # dpl sizes its reduction from them, even for an eval first
             for st in self._stages.values():
                 st.bind_grads()
         self._runner = Runner(sched, cb, batch=self._batch, activation_bytes=ab,
