@@ -1,5 +1,6 @@
 """dpl.torch over processes and the shm transport (``python -m dpl.run``):
-the same equality with single-process torch as the threads tests, and a
+the same equality with single-process torch as the threads tests (and an
+eval after training), and a
 failing stage making every rank raise dpl.PeerError naming it."""
 
 from __future__ import annotations
@@ -44,9 +45,17 @@ def test_shm_equals_one_device(tmp_path, reps, chunks, M, policies):
     parts = mlp(WIDTHS, S, torch.float64)
     batches = data(10, WIDTHS, 3, torch.float64)
     ref, ref_losses = reference(parts, batches, M, "sgd")
+    # the trained model's micro-batch losses on the first batch: what each
+    # policy's eval after training must give
+    model = torch.nn.Sequential(*ref)
+    with torch.no_grad():
+        x0, y0 = batches[0]
+        want_eval = [float(torch.nn.MSELoss()(model(a), b))
+                     for a, b in zip(x0.tensor_split(M), y0.tensor_split(M))]
     for policy in policies:
         seen = set()
         loss_sum = [[0.0] * M for _ in batches]
+        eval_sum = [0.0] * M
         for rank in range(sum(reps)):
             got = torch.load(tmp_path / f"rank{rank}-{policy}.pt")
             for s, ps in got["params"].items():
@@ -56,7 +65,10 @@ def test_shm_equals_one_device(tmp_path, reps, chunks, M, policies):
             for it, ls in enumerate(got["losses"]):
                 for j, v in enumerate(ls):
                     loss_sum[it][j] += v
+            for j, v in enumerate(got["eval_losses"]):
+                eval_sum[j] += v
         assert seen == set(range(S))
+        assert eval_sum == pytest.approx(want_eval, rel=1e-9), f"{policy}: eval"
         for it in range(len(batches)):
             assert loss_sum[it] == pytest.approx([float(v) for v in ref_losses[it]], rel=1e-9)
 

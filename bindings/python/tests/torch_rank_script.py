@@ -65,9 +65,15 @@ def main() -> None:
                        losses=losses)
             opt.step()
             all_losses.append([float(v) for v in losses])
+        # a forward-only pass of the trained model on the first batch
+        x, y = batches[0]
+        eval_losses: list = []
+        with torch.no_grad():
+            sched.eval(*((x,) if 0 in mine else ()), target=y if S - 1 in mine else None,
+                       losses=eval_losses)
         sched.close()
         torch.save({"params": {s: [q.detach() for q in m.parameters()] for s, m in zip(mine, mods)},
-                    "losses": all_losses},
+                    "losses": all_losses, "eval_losses": [float(v) for v in eval_losses]},
                    os.path.join(a.out, f"rank{w.rank}-{policy}.pt"))
 
 
