@@ -23,6 +23,10 @@ Reported per side (worker.py says how each is taken):
 - samples/s: batch x timed steps / the slowest rank's seconds for them,
   after the first step and --warmup more; median over rounds (range);
 - peak RSS: ru_maxrss of each rank process, the largest over ranks (MiB);
+- forward-only passes: after the timed steps, one untimed and then as
+  many timed `eval()` calls under `torch.no_grad()` as timed steps;
+  batch x passes / the slowest rank's seconds, median (range), and their
+  ratio (a table of its own);
 - start-up: from the launcher's time stamp just before it starts the
   launch command until the last rank is ready to step (process started,
   torch imported, process group or dpl world joined where the library does
@@ -87,7 +91,9 @@ def _med(xs: list[float]) -> float:
 
 def _summary(runs: list[launch.RunResult], batch: int) -> dict:
     sps = [batch * r.iters / r.seconds for r in runs]
+    ev = [batch * r.iters / r.extra["eval_s"] for r in runs if r.extra.get("eval_s")]
     return {"samples_s": sps, "samples_s_median": _med(sps),
+            "eval_samples_s": ev, "eval_samples_s_median": _med(ev),
             "startup_s": [r.startup_s for r in runs],
             "startup_s_median": _med([r.startup_s for r in runs]),
             "to_first_step_s": [r.to_first_step_s for r in runs],
@@ -107,6 +113,7 @@ def _summary(runs: list[launch.RunResult], batch: int) -> dict:
 
 # a ratio's name: the _summary() field it divides
 _RATIO_OF = {"samples_s": "samples_s_median", "cpu": "cpu_s_per_step",
+             "eval_samples_s": "eval_samples_s_median",
              "peak_rss": "peak_rss_mib", "startup": "startup_s_median",
              "first_step": "first_step_s_median",
              "to_first_step": "to_first_step_s_median"}
@@ -316,6 +323,24 @@ def _print_cases(rows: list[dict], sides: list[str]) -> None:
             print(f"| {r['case']} | {r['schedule']} | {r['dtype']} | "
                   f"dpl/base | {q['samples_s']:.2f} | {q['cpu']:.2f} | | "
                   f"{q['peak_rss']:.2f} | | | |")
+    ev = [r for r in rows if any(r.get(side, {}).get("eval_samples_s")
+                                 for side in sides)]
+    if ev:
+        print("\nForward-only passes (`eval()` under `torch.no_grad()`, after the "
+              "timed steps), samples/s median (range):\n")
+        print("| case | schedule | dtype | " + " | ".join(
+            {"torch": "PyTorch", "dpl": "dpl", "base": "dpl, --base build"}[s]
+            for s in sides) + (" | dpl/PyTorch |" if "ratio" in ev[0] else " |"))
+        print("|---|---|---|" + "---|" * (len(sides) + ("ratio" in ev[0])))
+        for r in ev:
+            cells = []
+            for side in sides:
+                e = r.get(side, {}).get("eval_samples_s") or []
+                cells.append(f"{_fmt(_med(e))} ({_fmt(min(e))}-{_fmt(max(e))})"
+                             if e else "")
+            q = f" | {r['ratio']['eval_samples_s']:.2f}" if "ratio" in r else ""
+            print(f"| {r['case']} | {r['schedule']} | {r['dtype']} | "
+                  + " | ".join(cells) + q + " |")
     loads = [x for r in rows for x in r.get("loadavg_1min_per_round", [])]
     if loads:
         print(f"\n1-minute load average at the rounds' starts: "

@@ -241,6 +241,9 @@ def _run(rundir, side, case, nprocs, iters, warmup, timeout,
                      maxrss_kib=[x["maxrss_kib"] for x in res],
                      wall_s=wall, iters=iters,
                      extra={"cpu_s": [x["cpu_s"] for x in res],
+                            "eval_s": (max(x["eval_seconds"] for x in res)
+                                       if all(x.get("eval_seconds") for x in res)
+                                       else None),
                             "switches": [x["switches"] for x in res],
                             "main_s": max(x["main"] for x in res) - t0,
                             "imported_s": max(x["imported"] for x in res) - t0,

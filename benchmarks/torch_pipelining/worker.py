@@ -18,8 +18,11 @@ python -m dpl.run). The rank:
    the first step (timed alone: lazy shape inference and buffer set-up
    happen there), `warmup` more steps, a second barrier, then `iters`
    timed steps (schedule step, SGD step, zero_grad; the schedule step
-   alone for the callback case "tiny");
-4. writes DIR/result.R (JSON): seconds of the timed steps, of the first
+   alone for the callback case "tiny"); then, but for "tiny", one
+   forward-only pass (`eval()` under `torch.no_grad()`), a third barrier
+   and `iters` timed passes;
+4. writes DIR/result.R (JSON): seconds of the timed steps, of the timed
+   passes (null for "tiny"), of the first
    step, the ready stamp, time.time() at the first step's end,
    ru_maxrss (KiB), the CPU seconds of the timed steps, its voluntary
    and involuntary context switches (getrusage), and the stamps of
@@ -188,7 +191,28 @@ def main(argv: list[str] | None = None) -> int:
     seconds = time.perf_counter() - t
     ru1 = resource.getrusage(resource.RUSAGE_SELF)
     cpu = ru1.ru_utime + ru1.ru_stime - ru0.ru_utime - ru0.ru_stime
-    out = {"rank": rank, "seconds": seconds, "first_step_s": first,
+
+    def evaluate() -> None:
+        with torch.no_grad():
+            if rank == 0:
+                sched.eval(x)
+            elif rank == world - 1:
+                sched.eval(target=y, losses=[])
+            else:
+                sched.eval()
+
+    # forward-only passes after the steps (one untimed): the steps' figures
+    # above never include a switch between training and eval
+    eval_seconds = None
+    if case.kind != "tiny":
+        evaluate()
+        file_barrier(a.rundir, "eval", rank, world, a.timeout)
+        t = time.perf_counter()
+        for _ in range(a.iters):
+            evaluate()
+        eval_seconds = time.perf_counter() - t
+    out = {"rank": rank, "seconds": seconds, "eval_seconds": eval_seconds,
+           "first_step_s": first,
            "ready": ready, "first_end": first_end, "maxrss_kib": ru1.ru_maxrss,
            "iters": a.iters,
            "cpu_s": cpu, "main": T_MAIN, "imported": T_IMPORTED,
