@@ -176,15 +176,19 @@ def split_rank(parts, batch, M, how):
                 out = sched.step(arg_mbs=[(c,) for c in torch.tensor_split(x, M)])
             else:
                 out = sched.step(target_mbs=list(torch.tensor_split(y, M)), losses=losses)
-        else:   # loss_kwargs, no outputs kept, finalize_gradients accepted
+        elif how == "kwargs":   # loss_kwargs, no outputs kept, finalize_gradients accepted
             kw = {"finalize_gradients": False, "return_outputs": False}
             if w.rank == 0:
                 out = sched.step(x, **kw)
             else:
                 out = sched.step(target=y, losses=losses, loss_kwargs={"scale": 2.0}, **kw)
+        else:   # the same through eval (PyTorch's passes them on to step)
+            kw = {"return_outputs": False, "loss_kwargs": {"scale": 2.0}}
+            out = sched.eval(x, **kw) if w.rank == 0 else sched.eval(target=y, losses=losses, **kw)
     finally:
         sched.close()
-    return out, [float(v) for v in losses], [q.grad.clone() for q in st.submod.parameters()], seen
+    return (out, [float(v) for v in losses],
+            [None if q.grad is None else q.grad.clone() for q in st.submod.parameters()], seen)
 
 
 def test_pre_split_inputs_loss_kwargs_and_return_outputs():
@@ -205,6 +209,12 @@ def test_pre_split_inputs_loss_kwargs_and_return_outputs():
         assert all(torch.allclose(2 * a, b, rtol=1e-12, atol=0)
                    for a, b in zip(whole[r][2], scaled[r][2]))
     assert scaled[1][3] == [2.0] * 4 and whole[1][3] == [1.0] * 4
+    # eval with the same arguments: the step's losses (the same weights:
+    # eval comes first), no output, loss_kwargs reached loss_fn
+    ev = _two_rank(split_rank, parts, batch, 4, "eval-kwargs")
+    assert ev[1][0] is None and ev[1][3] == [2.0] * 4
+    assert all(g is None for r in range(2) for g in ev[r][2])   # no gradient made
+    assert ev[1][1] == pytest.approx(scaled[1][1], rel=1e-12)
 
 
 def bad_rank(parts, batch, case):

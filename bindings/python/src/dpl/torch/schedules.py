@@ -120,9 +120,12 @@ class _PipelineSchedule:
 
     def eval(self, *args: Any, target: Any = None, losses: list | None = None,
              arg_mbs: list | None = None, kwarg_mbs: list | None = None,
-             target_mbs: list | None = None, **kwargs: Any) -> Any:
+             target_mbs: list | None = None, return_outputs: bool = True,
+             loss_kwargs: dict | None = None, **kwargs: Any) -> Any:
         """Run a forward-only pass over every micro-batch, as PyTorch's
-        ``eval``: the inputs and targets of :meth:`step`; the last stage
+        ``eval``: the inputs, targets, ``return_outputs`` and
+        ``loss_kwargs`` of :meth:`step` (PyTorch's ``eval`` passes them on
+        to its ``step``); the last stage
         computes each micro-batch's loss when it has a ``loss_fn`` and a
         target, appends it to ``losses`` and returns the outputs
         concatenated (None elsewhere). No gradient is computed and the
@@ -138,7 +141,7 @@ class _PipelineSchedule:
         :meth:`step`; a rank whose part of the pass was done when another
         failed raises at its next call.
         """
-        return self._run(False, args, kwargs, target, losses, True, None,
+        return self._run(False, args, kwargs, target, losses, return_outputs, loss_kwargs,
                          arg_mbs, kwarg_mbs, target_mbs)
 
     def _run(self, train: bool, args: tuple, kwargs: dict, target: Any, losses: list | None,
