@@ -183,7 +183,8 @@ def split_rank(parts, batch, M, how):
             else:
                 out = sched.step(target=y, losses=losses, loss_kwargs={"scale": 2.0}, **kw)
         else:   # the same through eval (PyTorch's passes them on to step)
-            kw = {"return_outputs": False, "loss_kwargs": {"scale": 2.0}}
+            kw = {"return_outputs": False, "loss_kwargs": {"scale": 2.0},
+                  "finalize_gradients": True}
             out = sched.eval(x, **kw) if w.rank == 0 else sched.eval(target=y, losses=losses, **kw)
     finally:
         sched.close()

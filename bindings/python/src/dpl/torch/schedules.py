@@ -121,13 +121,14 @@ class _PipelineSchedule:
     def eval(self, *args: Any, target: Any = None, losses: list | None = None,
              arg_mbs: list | None = None, kwarg_mbs: list | None = None,
              target_mbs: list | None = None, return_outputs: bool = True,
-             loss_kwargs: dict | None = None, **kwargs: Any) -> Any:
+             loss_kwargs: dict | None = None, finalize_gradients: bool = True,
+             **kwargs: Any) -> Any:
         """Run a forward-only pass over every micro-batch, as PyTorch's
-        ``eval``: the inputs, targets, ``return_outputs`` and
-        ``loss_kwargs`` of :meth:`step` (PyTorch's ``eval`` passes them on
-        to its ``step``); the last stage
-        computes each micro-batch's loss when it has a ``loss_fn`` and a
-        target, appends it to ``losses`` and returns the outputs
+        ``eval``: the arguments of :meth:`step` (PyTorch's ``eval`` passes
+        ``return_outputs``, ``loss_kwargs`` and ``finalize_gradients`` on
+        to its ``step``; the last changes nothing here either). The last
+        stage computes each micro-batch's loss when it has a ``loss_fn``
+        and a target, appends it to ``losses`` and returns the outputs
         concatenated (None elsewhere). No gradient is computed and the
         parameters and their ``.grad`` are left as they are; the forwards
         run under ``torch.no_grad()`` and the outputs are detached, as
@@ -136,8 +137,8 @@ class _PipelineSchedule:
         backward actions left out, and uses the buffers set up for the
         steps: the batch size is the first call's (and on a replicated
         stage, a first call gives ``.grad`` zeros where it is None, as a
-        step does). Every rank calls it at
-        the same point of its sequence of steps and passes. Raises as
+        step does). Every rank calls it at the same point of its sequence
+        of steps and passes. Raises as
         :meth:`step`; a rank whose part of the pass was done when another
         failed raises at its next call.
         """
