@@ -275,6 +275,10 @@ def print_tables(rows: list[dict], cb: dict | None, sides: list[str]) -> None:
         _print_callback(cb)
 
 
+# how the tables name each side
+_LABEL = {"torch": "PyTorch", "dpl": "dpl", "base": "dpl, --base build"}
+
+
 def _print_cases(rows: list[dict], sides: list[str]) -> None:
     """The cases' table, one row per side and one of ratios."""
     print("| case | schedule | dtype | side | samples/s median (range) | "
@@ -284,8 +288,7 @@ def _print_cases(rows: list[dict], sides: list[str]) -> None:
     for r in rows:
         for side in sides:
             s = r.get(side)
-            label = {"torch": "PyTorch", "dpl": "dpl",
-                     "base": "dpl, --base build"}[side]
+            label = _LABEL[side]
             if s is None:
                 err = r["errors"].get(side, "not run")
                 print(f"| {r['case']} | {r['schedule']} | {r['dtype']} | "
@@ -328,9 +331,8 @@ def _print_cases(rows: list[dict], sides: list[str]) -> None:
     if ev:
         print("\nForward-only passes (`eval()` under `torch.no_grad()`, after the "
               "timed steps), samples/s median (range):\n")
-        print("| case | schedule | dtype | " + " | ".join(
-            {"torch": "PyTorch", "dpl": "dpl", "base": "dpl, --base build"}[s]
-            for s in sides) + (" | dpl/PyTorch |" if "ratio" in ev[0] else " |"))
+        print("| case | schedule | dtype | " + " | ".join(_LABEL[s] for s in sides)
+              + (" | dpl/PyTorch |" if "ratio" in ev[0] else " |"))
         print("|---|---|---|" + "---|" * (len(sides) + ("ratio" in ev[0])))
         for r in ev:
             cells = []

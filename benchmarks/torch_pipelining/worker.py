@@ -164,14 +164,17 @@ def main(argv: list[str] | None = None) -> int:
     with open(os.path.join(a.rundir, f"ready.{rank}"), "w") as f:
         f.write(repr(ready))
 
-    def step() -> None:
+    def call(fn: Callable) -> None:
+        """sched.step or sched.eval with this rank's part of the batch."""
         if rank == 0:
-            sched.step(x)
+            fn(x)
         elif rank == world - 1:
-            losses: list = []
-            sched.step(target=y, losses=losses)
+            fn(target=y, losses=[])
         else:
-            sched.step()
+            fn()
+
+    def step() -> None:
+        call(sched.step)
         if case.kind != "tiny":  # the callback case times the schedule alone
             opt.step()
             opt.zero_grad(set_to_none=False)
@@ -194,12 +197,7 @@ def main(argv: list[str] | None = None) -> int:
 
     def evaluate() -> None:
         with torch.no_grad():
-            if rank == 0:
-                sched.eval(x)
-            elif rank == world - 1:
-                sched.eval(target=y, losses=[])
-            else:
-                sched.eval()
+            call(sched.eval)
 
     # forward-only passes after the steps (one untimed): the steps' figures
     # above never include a switch between training and eval

@@ -179,6 +179,16 @@ static int call(dpl_runner *r, struct job *o)
 	return device_sync(r);
 }
 
+/* The micro-batch's callback slot (dpl_stage_args.slot) is free again. */
+static void free_live(struct dpl__lstage *ls, struct dpl__slot *sl)
+{
+	if (sl->live_idx == DPL__NONE)
+		return;
+	ls->live_free[ls->live_top++] = sl->live_idx;
+	sl->live_idx = DPL__NONE;
+	ls->live--;
+}
+
 /* A forward-only pass: the forward of (ls, sl) returned. Its callback
  * slot is free at once; the buffers go back once nothing reads them: on
  * the last stage now, with a remote next stage at SEND_F (runner_step.c),
@@ -187,20 +197,12 @@ static int call(dpl_runner *r, struct job *o)
 static void finish_forward_only(dpl_runner *r, struct dpl__lstage *ls,
 				struct dpl__slot *sl)
 {
-	struct dpl__slot *psl;
-
-	if (sl->live_idx != DPL__NONE) {
-		ls->live_free[ls->live_top++] = sl->live_idx;
-		sl->live_idx = DPL__NONE;
-		ls->live--;
-	}
+	free_live(ls, sl);
 	if (!ls->first && !ls->prev_remote) {
 		struct dpl__lstage *lp = &r->ls[r->lidx[ls->stage - 1]];
 
-		if (lp->mb_slot[sl->mb] != DPL__NONE) {
-			psl = &lp->slots[lp->mb_slot[sl->mb]];
-			dpl__release(lp, psl);
-		}
+		if (lp->mb_slot[sl->mb] != DPL__NONE)
+			dpl__release(lp, &lp->slots[lp->mb_slot[sl->mb]]);
 	}
 	if (ls->last)
 		dpl__release(ls, sl);
@@ -220,11 +222,7 @@ static void finish(dpl_runner *r, struct job *o)
 	}
 	if (o->kind == DPL_ACT_I)
 		return;
-	if (sl->live_idx != DPL__NONE) {
-		ls->live_free[ls->live_top++] = sl->live_idx;
-		sl->live_idx = DPL__NONE;
-		ls->live--;
-	}
+	free_live(ls, sl);
 	sl->bw_done = true;
 	dpl__maybe_release(ls, sl);
 }

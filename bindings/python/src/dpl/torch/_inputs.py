@@ -14,12 +14,13 @@ from typing import Any
 
 import torch
 
+from ..runner import split
 from .stage import _bad
 
 
 def _sizes(batch: int, m: int) -> list[int]:
-    q, r = divmod(batch, m)
-    return [q + (1 if j < r else 0) for j in range(m)]
+    """The micro-batch sizes dpl cuts a batch into (``dpl_split``)."""
+    return [e - b for b, e in (split(batch, m, j) for j in range(m))]
 
 
 def _join(parts: list, what: str) -> Any:
