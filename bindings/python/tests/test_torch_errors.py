@@ -134,10 +134,11 @@ def test_world_size_mismatch_names_both():
         dpl.run.threads(2, fn, timeout=60)
 
 
-def test_tuple_between_stages_refused():
+def test_a_dict_between_stages_is_refused():
+    # tuples of tensors travel (test_torch_boundary.py); a dict does not
     class Two(torch.nn.Module):
         def forward(self, x):
-            return x, x
+            return {"x": x}
 
     def fn():
         r = dpl.run.rank()
@@ -145,7 +146,7 @@ def test_tuple_between_stages_refused():
         s = Schedule1F1B(PipelineStage(mod, r, 2), 2, torch.nn.MSELoss())
         x = torch.zeros(4, 4, dtype=torch.float64)
         s.step(*((x,) if r == 0 else ()), target=x if r == 1 else None)
-    with pytest.raises(dpl.InvalidArgument, match="stage 0 returned tuple; dpl.torch carries one tensor"):
+    with pytest.raises(dpl.InvalidArgument, match="stage 0 returned dict as output 0; dpl.torch carries tensors"):
         dpl.run.threads(2, fn, timeout=60)
 
 

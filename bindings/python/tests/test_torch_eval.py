@@ -16,20 +16,13 @@ torch = pytest.importorskip("torch")
 
 import dpl  # noqa: E402
 import dpl.run  # noqa: E402
-from dpl.torch import PipelineStage, Schedule1F1B, ScheduleDAPPLE, stage_of  # noqa: E402
+from dpl.torch import PipelineStage, Schedule1F1B, ScheduleDAPPLE  # noqa: E402
 
-from torch_models import data, make_opt, max_rel_diff, mlp, reference  # noqa: E402
+from torch_models import (V_SHAPED, data, make_opt, max_rel_diff, mlp,  # noqa: E402
+                          reference, stages_of_rank)
 
 WIDTHS = [6, 16, 16, 12, 16, 10, 3]
-V_SHAPED = ("zbv", "dualpipev")
 
-
-def _mine(policy, reps, V, rank):
-    P = len(reps)
-    p, _ = stage_of(rank, reps)
-    if policy in V_SHAPED:
-        return [p, 2 * P - 1 - p]
-    return [p + k * P for k in range(V)]
 
 
 def eval_rank(parts, batches, reps, V, policy, M, at=1):
@@ -37,7 +30,7 @@ def eval_rank(parts, batches, reps, V, policy, M, at=1):
     .grad, step(batch 2) (at=1); or eval(batch 0) before any step, then
     step(batch 1) (at=0): what each call gave and the state around eval."""
     w = dpl.world.current()
-    mine = _mine(policy, reps, V, w.rank)
+    mine = stages_of_rank(policy, reps, V, w.rank)
     S = len(parts)
     mods = [copy.deepcopy(parts[s]) for s in mine]
     stages = [PipelineStage(m, s, S) for m, s in zip(mods, mine)]

@@ -61,9 +61,54 @@ WIDTHS = (6, 16, 16, 16, 3)
 BATCH, MICROBATCHES, ITERS, LR, MOMENTUM = 8, 4, 3, 0.1, 0.9
 
 
-def build_parts(n_stages):
-    """The MLP (Linear+Tanh, 4 Linear layers) cut into n_stages parts."""
+class TupleFirst(torch.nn.Module):
+    """x -> (h, flag int64, side): a tuple of three tensors to the next stage."""
+
+    def __init__(self):
+        super().__init__()
+        self.lin = torch.nn.Linear(WIDTHS[0], WIDTHS[1])
+
+    def forward(self, x):
+        h = torch.tanh(self.lin(x))
+        return h, (x[:, 0] > 0).long(), h[:, :4] * 0.5
+
+
+class TupleMid(torch.nn.Module):
+    def __init__(self, k):
+        super().__init__()
+        self.a = torch.nn.Linear(WIDTHS[1], WIDTHS[1])
+        self.b = torch.nn.Linear(k, WIDTHS[1])
+
+    def forward(self, h, flag, side):
+        h2 = torch.tanh(self.a(h) + self.b(side)) * (1 + flag.unsqueeze(1))
+        return h2, flag, h2 * 0.5
+
+
+class TupleLast(torch.nn.Module):
+    def __init__(self, k):
+        super().__init__()
+        self.a = torch.nn.Linear(WIDTHS[1], WIDTHS[-1])
+        self.b = torch.nn.Linear(k, WIDTHS[-1])
+
+    def forward(self, h, flag, side):
+        return self.a(h) + self.b(side) * flag.unsqueeze(1)
+
+
+def chain(parts, x):
+    """The parts one after the other; a tuple is the next part's arguments."""
+    for p in parts:
+        x = p(*x) if isinstance(x, tuple) else p(x)
+    return x
+
+
+def build_parts(n_stages, tuples=False):
+    """The MLP (Linear+Tanh, 4 Linear layers) cut into n_stages parts; or,
+    with tuples, stages that hand the next a tuple of tensors."""
     torch.manual_seed(7)
+    if tuples:
+        return [TupleFirst()] + [TupleMid(4 if s == 1 else WIDTHS[1])
+                                 for s in range(1, n_stages - 1)] + \
+            [TupleLast(4 if n_stages == 2 else WIDTHS[1])]
     layers = []
     for i, (a, b) in enumerate(zip(WIDTHS, WIDTHS[1:])):
         layers.append(torch.nn.Linear(a, b))
@@ -101,12 +146,13 @@ import torch.distributed as dist
 {MODEL}
 
 def train(name, rank, world):
+    name, _, variant = name.partition(":")
     per_rank = 2 if name in {TWO} else 1
     n_stages = world * per_rank
-    parts = build_parts(n_stages)
     mine = [rank + k * world for k in range(per_rank)]
     if name in ("ScheduleZBVZeroBubble", "ScheduleDualPipeV"):
         mine = [rank, 2 * world - 1 - rank]
+    parts = build_parts(n_stages, variant == "tuples")
     stages = [PipelineStage(parts[s], s, n_stages, torch.device("cpu")) for s in mine]
     cls = {{"ScheduleGPipe": ScheduleGPipe, "Schedule1F1B": Schedule1F1B,
            "ScheduleInterleaved1F1B": ScheduleInterleaved1F1B,
@@ -139,7 +185,7 @@ def train(name, rank, world):
     result = {{"params": {{s: [p.detach().clone() for p in parts[s].parameters()]
                           for s in mine}},
               "losses": all_losses}}
-    if not csv_dir and name in {EVAL}:  # a forward-only pass of the trained model
+    if not csv_dir and not variant and name in {EVAL}:  # eval of the trained model
         xe, ye = eval_batch()
         ev_losses = []
         ekw = {{"target": ye, "losses": ev_losses}} if n_stages - 1 in mine else {{}}
@@ -246,21 +292,31 @@ def _launch(import_line: str, names: list[str], tmp_path, tag: str,
 
 NAMES = ["ScheduleGPipe", "Schedule1F1B", "ScheduleInterleaved1F1B", "ScheduleLoopedBFS",
          "ScheduleInterleavedZeroBubble", "ScheduleZBVZeroBubble", "ScheduleDualPipeV"]
+# the same script on stages that hand the next a tuple of tensors (an f32
+# activation, an int64 flag, a second f32 view of the activation)
+TUPLE_NAMES = ["ScheduleGPipe:tuples", "Schedule1F1B:tuples", "ScheduleInterleaved1F1B:tuples"]
 
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory) -> dict:
     """Both sides, every schedule: one launch per side."""
     tmp = tmp_path_factory.mktemp("parity")
-    return {"torch": _launch(TORCH_IMPORT, NAMES, tmp, "torch"),
-            "dpl": _launch(DPL_IMPORT, NAMES, tmp, "dpl")}
+    names = NAMES + TUPLE_NAMES
+    return {"torch": _launch(TORCH_IMPORT, names, tmp, "torch"),
+            "dpl": _launch(DPL_IMPORT, names, tmp, "dpl")}
 
 
-def _reference(n_stages: int) -> dict:
+def _stages_of(name: str) -> int:
+    return RANKS * (2 if name.partition(":")[0] in TWO_PER_RANK else 1)
+
+
+def _reference(n_stages: int, variant: str = "") -> dict:
     """The same training on the unsplit model in this process."""
     ns = _model_namespace()
-    parts = ns["build_parts"](n_stages)
-    model = torch.nn.Sequential(*parts)
+    parts = ns["build_parts"](n_stages, variant == "tuples")
+    model = torch.nn.ModuleList(parts)
+    stage_params = [list(p.parameters()) for p in parts]
+    run = lambda xs: ns["chain"](parts, xs)  # noqa: E731
     opt = torch.optim.SGD(model.parameters(), lr=ns["LR"], momentum=ns["MOMENTUM"])
     M = ns["MICROBATCHES"]
     all_losses = []
@@ -268,14 +324,14 @@ def _reference(n_stages: int) -> dict:
         opt.zero_grad()
         losses = []
         for xs, ys in zip(x.tensor_split(M), y.tensor_split(M)):
-            loss = torch.nn.functional.mse_loss(model(xs), ys)
+            loss = torch.nn.functional.mse_loss(run(xs), ys)
             loss.backward()
             losses.append(float(loss.detach()))
         for p in model.parameters():
             p.grad.div_(M)
         opt.step()
         all_losses.append(losses)
-    return {"params": {s: [p.detach().clone() for p in parts[s].parameters()]
+    return {"params": {s: [p.detach().clone() for p in stage_params[s]]
                        for s in range(n_stages)}, "losses": all_losses}
 
 
@@ -294,15 +350,16 @@ def _worst(got: dict, want: dict) -> float:
     return worst
 
 
-@pytest.mark.parametrize("name", NAMES)
+@pytest.mark.parametrize("name", NAMES + TUPLE_NAMES)
 def test_same_script_same_parameters(name, runs):
-    n_stages = RANKS * (2 if name in TWO_PER_RANK else 1)
-    ref = _reference(n_stages)
-    init = _model_namespace()["build_parts"](n_stages)
+    n_stages = _stages_of(name)
+    variant = name.partition(":")[2]
+    ref = _reference(n_stages, variant)
+    ns = _model_namespace()
+    init = [list(p.parameters()) for p in ns["build_parts"](n_stages, variant == "tuples")]
     # Training moved every stage's parameters (so equality below means something).
     for s in range(n_stages):
-        assert any(_rel(p, q.detach()) > 1e-3 for p, q in
-                   zip(ref["params"][s], init[s].parameters()))
+        assert any(_rel(p, q.detach()) > 1e-3 for p, q in zip(ref["params"][s], init[s]))
     pt, dp = runs["torch"][name], runs["dpl"][name]
     assert "error" not in pt, pt.get("error")
     assert "error" not in dp, dp.get("error")

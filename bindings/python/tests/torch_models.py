@@ -37,12 +37,26 @@ def make_opt(name, params):
     return torch.optim.Adam(params, lr=0.01)
 
 
+class Chain(torch.nn.Module):
+    """``parts`` one after the other, as a pipeline runs them: a part that
+    returns a tuple calls the next with it as positional arguments."""
+
+    def __init__(self, parts):
+        super().__init__()
+        self.parts = torch.nn.ModuleList(parts)
+
+    def forward(self, x):
+        for p in self.parts:
+            x = p(*x) if isinstance(x, tuple) else p(x)
+        return x
+
+
 def reference(parts, batches, microbatches, opt_name, loss_fn=torch.nn.MSELoss()):
     """Train copies of ``parts`` as one model in one process with PyTorch's
     pipelining semantics (per-micro-batch losses, gradients / M) and return
     the trained parts and the per-iteration micro-batch losses."""
     parts = copy.deepcopy(parts)
-    model = torch.nn.Sequential(*parts)
+    model = Chain(parts)
     opt = make_opt(opt_name, model.parameters())
     all_losses = []
     for x, y in batches:
@@ -57,6 +71,20 @@ def reference(parts, batches, microbatches, opt_name, loss_fn=torch.nn.MSELoss()
         opt.step()
         all_losses.append(losses)
     return parts, all_losses
+
+
+V_SHAPED = ("zbv", "dualpipev")   # rank r holds stages r and 2P-1-r
+
+
+def stages_of_rank(policy, reps, V, rank):
+    """The stages world ``rank`` holds under ``policy`` with ``reps``
+    replicas per pipeline rank and ``V`` stages per rank."""
+    from dpl.torch import stage_of
+    P = len(reps)
+    p, _ = stage_of(rank, reps)
+    if policy in V_SHAPED:
+        return [p, 2 * P - 1 - p]
+    return [p + k * P for k in range(V)]
 
 
 def max_rel_diff(a_params, b_params):

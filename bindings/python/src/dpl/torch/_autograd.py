@@ -34,31 +34,62 @@ def _plain(t: torch.Tensor) -> bool:
     return type(t) is _Tensor or type(t) is torch.nn.Parameter
 
 
-def backward(out: torch.Tensor, grad: torch.Tensor | None) -> None:
+def _seq(x) -> tuple:
+    t = type(x)
+    return x if t is tuple else tuple(x) if t is list else (x,)
+
+
+def _engine_grads(outs: tuple, grads: tuple) -> tuple | None:
+    """``grads`` as the engine takes them (ones for a loss's None), or
+    None where the public function must run instead (a subclass, or the
+    implicit gradient of a non-scalar output)."""
+    if len(outs) == 1:   # the common case, without the loop
+        o, g = outs[0], grads[0]
+        if not _plain(o) or (g is None and o.numel() != 1):
+            return None
+        return grads if g is not None else \
+            (torch.ones_like(o, memory_format=torch.preserve_format),)
+    fixed = []
+    for o, g in zip(outs, grads):
+        if not _plain(o):
+            return None
+        if g is None:
+            if o.numel() != 1:
+                return None
+            g = torch.ones_like(o, memory_format=torch.preserve_format)
+        fixed.append(g)
+    return tuple(fixed)
+
+
+def backward(out, grad) -> None:
     """``torch.autograd.backward(out, grad)``: accumulate into the leaves'
-    ``.grad``; frees the graph. ``grad`` None only for a one-element
-    ``out`` (a loss). Raises what autograd raises."""
-    if _engine is None or not _plain(out) or (grad is None and out.numel() != 1):
-        torch.autograd.backward(out, grad)
+    ``.grad``; frees the graph. ``out`` is a tensor or a sequence of them,
+    ``grad`` the same number of gradients; a gradient may be None only
+    for a one-element output (a loss). Raises what autograd raises."""
+    outs, grads = _seq(out), _seq(grad)
+    gs = _engine_grads(outs, grads) if _engine is not None else None
+    if gs is None:
+        torch.autograd.backward(list(outs), list(grads))
         return
-    if grad is None:
-        grad = torch.ones_like(out, memory_format=torch.preserve_format)
-    _engine((out,), (grad,), False, False, (), allow_unreachable=True, accumulate_grad=True)
+    _engine(outs, gs, False, False, (), allow_unreachable=True, accumulate_grad=True)
 
 
-def grad(out: torch.Tensor, inputs: Sequence[torch.Tensor], grad_out: torch.Tensor | None,
-         retain_graph: bool) -> tuple:
+def grad(out, inputs: Sequence[torch.Tensor], grad_out, retain_graph: bool) -> tuple:
     """``torch.autograd.grad(out, inputs, grad_out, retain_graph=...,
     allow_unused=True)``: the gradients of ``inputs`` (None for an unused
-    one), nothing accumulated. Raises what autograd raises."""
-    if _engine is None or not _plain(out) or (grad_out is None and out.numel() != 1) \
-            or not all(_plain(t) for t in inputs):
-        return torch.autograd.grad(out, list(inputs), grad_out, retain_graph=retain_graph,
-                                   allow_unused=True)
-    if grad_out is None:
-        grad_out = torch.ones_like(out, memory_format=torch.preserve_format)
-    return _engine((out,), (grad_out,), retain_graph, False, tuple(inputs), True,
-                   accumulate_grad=False)
+    one), nothing accumulated. ``out`` and ``grad_out`` as in
+    :func:`backward`. Raises what autograd raises."""
+    outs, gouts = _seq(out), _seq(grad_out)
+    gs = _engine_grads(outs, gouts) if _engine is not None else None
+    if gs is not None:
+        for t in inputs:
+            if not _plain(t):
+                gs = None
+                break
+    if gs is None:
+        return torch.autograd.grad(list(outs), list(inputs), list(gouts),
+                                   retain_graph=retain_graph, allow_unused=True)
+    return _engine(outs, gs, retain_graph, False, tuple(inputs), True, accumulate_grad=False)
 
 
 def _self_test() -> bool:

@@ -35,10 +35,11 @@ from .. import errors, world as dpl_world
 from ..runner import Runner, dtype_code, split
 from ..schedule import schedule as build_schedule
 from . import _autograd
+from ._boundary import Layout, as_tuple, kept_output, merge_outputs
 from ._inputs import join_microbatches
-from .stage import PipelineStage, _bad, nbytes_per_sample, split_replicas
+from .stage import PipelineStage, _bad, split_replicas
 
-_META_BYTES = 2048
+_META_BYTES = 8192
 # model chunks per rank of a policy (dpl_policy_chunks): 1 = V >= 2 from the
 # stages given, 2 = exactly two (zbv), absent = one stage per rank
 _CHUNKS = {"interleaved": 1, "looped-bfs": 1, "interleaved-zb": 1, "zbv": 2, "dualpipev": 2}
@@ -202,8 +203,7 @@ class _PipelineSchedule:
             return None
         if losses is not None:
             losses.extend(self._losses[j] for j in sorted(self._losses))
-        outs = [t for j in sorted(self._outputs) for t in self._outputs[j]]
-        return torch.cat(outs) if outs else None
+        return merge_outputs([t for j in sorted(self._outputs) for t in self._outputs[j]])
 
     # ---------------------------------------------------------------
     def _setup(self, args: tuple, kwargs: dict, batch: int | None) -> None:
@@ -250,22 +250,21 @@ class _PipelineSchedule:
                 in_meta = metas[s - 1] if s > 0 else None
                 st.in_meta = in_meta
                 out = st.infer_output(in_meta, args, kwargs) if not st.is_last else None
-                d = {"shape": list(out[0]) if out else None,
-                     "dtype": str(out[1]).replace("torch.", "") if out else None}
+                d = {"outs": Layout(out).to_json() if out else None}
                 if s == 0:
                     d["batch"] = batch
                 blob = json.dumps(d).encode()
                 if len(blob) > _META_BYTES:
-                    raise _bad(f"stage {s}: output shape too large to describe")
+                    raise _bad(f"stage {s}: its {len(out)} output tensors take {len(blob)} bytes "
+                               f"to describe; dpl.torch's set-up exchange holds {_META_BYTES}")
             got = w.allgather(blob.ljust(_META_BYTES))
             d = json.loads(got[owner].rstrip(b" ") or b"{}")
             if s == 0:
                 self._batch = d.get("batch")
-            metas[s] = (tuple(d["shape"]), getattr(torch, d["dtype"])) if d.get("shape") is not None else None
+            metas[s] = Layout.from_json(d["outs"]) if d.get("outs") else None
         for s, st in self._stages.items():
-            st.in_meta = metas[s - 1] if s > 0 else None
-            st.out_meta = metas[s]
-        ab = [nbytes_per_sample(m) if m is not None else 0 for m in metas]
+            st.set_layouts(metas[s - 1] if s > 0 else None, metas[s])
+        ab = [m.per_sample if m is not None else 0 for m in metas]
         if self._batch is None or self._batch < M:
             raise _bad(f"a batch of {self._batch} samples cannot make {M} micro-batches")
         self._sched = sched
@@ -365,12 +364,18 @@ class _Callbacks:
             kw = {k: self._take(a, v, sp[1][k]) for k, v in self.s._kwargs.items()} \
                 if self.s._kwargs else {}
             return args, kw, None
-        shape, dtype = st.in_meta
-        v = a.tensor("input", dtype, (n, *shape))
-        if not self.s._train:   # a forward-only pass: the view, no graph
-            return (v,), {}, v
-        inp = v.detach().requires_grad_(True)
-        return (inp,), {}, inp
+        lay = st.in_meta
+        if lay.single:
+            shape, dtype = lay.metas[0]
+            v = a.tensor("input", dtype, (n, *shape))
+            vs = (v,) if not self.s._train else \
+                (v.detach().requires_grad_(lay.grad_mask[0]),)
+            return vs, {}, vs
+        vs = lay.views(a, "input", n)
+        if not self.s._train:   # a forward-only pass: the views, no graph
+            return vs, {}, vs
+        inp = tuple([v.detach().requires_grad_(g) for v, g in zip(vs, lay.grad_mask)])
+        return inp, {}, inp
 
     def forward(self, a) -> None:
         st = self.s._stages[a.stage]
@@ -391,69 +396,98 @@ class _Callbacks:
                     loss = loss * w
                 self.s._losses[a.microbatch] = loss.detach()
             if self.s._keep_outputs:
-                o = out.detach()
-                if not train and inp is not None and torch.is_tensor(o) and \
-                        o.untyped_storage().data_ptr() == inp.untyped_storage().data_ptr():
-                    o = o.clone()   # dpl's input buffer is reused once this returns
+                if train or inp is None:
+                    o = out.detach() if type(out) is torch.Tensor else kept_output(out, None)
+                else:   # dpl's input buffer is reused once this returns: an
+                    # output of a pass that is a view of it is cloned
+                    o = kept_output(out, inp[0].untyped_storage().data_ptr())
                 self.s._outputs.setdefault(a.microbatch, []).append(o)
             if train:
-                st.state[a.microbatch] = (inp, loss if loss is not None else out, None)
+                st.state[a.microbatch] = (inp, loss, None)
             return
-        if not torch.is_tensor(out):
-            raise _bad(f"stage {a.stage} returned {type(out).__name__}; dpl.torch carries one "
-                       "tensor between stages")
-        shape, dtype = st.out_meta
+        lay = st.out_meta
         n = a.end - a.begin
-        if tuple(out.shape) != (n, *shape) or out.dtype != dtype:
-            raise _bad(f"stage {a.stage} micro-batch {a.microbatch}: output {tuple(out.shape)} "
-                       f"{out.dtype}, expected {(n, *shape)} {dtype} (from the first step)")
-        a.tensor("output", dtype, out.shape).copy_(out.detach())
+        if lay.single and type(out) is torch.Tensor:
+            outs = (out,)
+            shape, dtype = lay.metas[0]
+            if out.dtype != dtype or out.shape != (n, *shape):
+                lay.check(outs, a.stage, a.microbatch, n)   # raises, naming them
+            a.tensor("output", dtype, out.shape).copy_(out.detach())
+        else:
+            outs = as_tuple(out)
+            lay.check(outs, a.stage, a.microbatch, n)
+            for dst, t in zip(lay.views(a, "output", n), outs):
+                dst.copy_(t.detach())
         if train:
-            st.state[a.microbatch] = (inp, out, None)
+            st.state[a.microbatch] = (inp, outs, None)
 
     def _share(self, a) -> float:
         n = a.end - a.begin
         full = self.sizes[a.microbatch]
         return 1.0 if n == full else n / full
 
-    def _grad_out(self, st: PipelineStage, a, out):
+    def _roots(self, st: PipelineStage, a, out) -> tuple[tuple, tuple]:
+        """The tensors to differentiate (the loss on the last stage, else
+        the outputs that require grad) and their gradients (None for the
+        loss, else views of dpl's grad_output buffer)."""
         if st.is_last:
-            return None
-        return a.tensor("grad_output", out.dtype, out.shape)
+            return (out,), (None,)
+        gs = st.out_meta.views(a, "grad_output", a.end - a.begin)
+        if len(out) == 1:
+            return (out, gs) if out[0].requires_grad else ((), ())
+        keep = [i for i, t in enumerate(out) if t.requires_grad]
+        return tuple(out[i] for i in keep), tuple(gs[i] for i in keep)
 
-    def _put_grad_input(self, st: PipelineStage, a, inp, g) -> None:
+    def _put_grad_input(self, st: PipelineStage, a, grads: Sequence) -> None:
         if st.is_first:
             return
-        dst = a.tensor("grad_input", inp.dtype, inp.shape)
-        if g is None:
-            dst.zero_()
-        else:
-            dst.copy_(g)
+        lay = st.in_meta
+        if lay.single:
+            shape, dtype = lay.metas[0]
+            dst = a.tensor("grad_input", dtype, (a.end - a.begin, *shape))
+            g = grads[0]
+            if g is None:
+                dst.zero_()
+            else:
+                dst.copy_(g)
+            return
+        for dst, g in zip(lay.views(a, "grad_input", a.end - a.begin), grads):
+            if g is None:
+                dst.zero_()
+            else:
+                dst.copy_(g)
 
     def backward(self, a) -> None:
         st = self.s._stages[a.stage]
         inp, out, _ = st.state.pop(a.microbatch)
-        _autograd.backward(out, self._grad_out(st, a, out))
+        roots, gs = self._roots(st, a, out)
+        if roots:
+            _autograd.backward(roots, gs)
         if inp is not None:
-            self._put_grad_input(st, a, inp, inp.grad)
+            self._put_grad_input(st, a, (inp[0].grad,) if len(inp) == 1 else
+                                 [t.grad for t in inp])
 
     def backward_input(self, a) -> None:
         st = self.s._stages[a.stage]
         inp, out, _ = st.state[a.microbatch]
         if inp is None:
             return
-        g = self._grad_out(st, a, out)
-        (gi,) = _autograd.grad(out, (inp,), g, True)
-        self._put_grad_input(st, a, inp, gi)
+        roots, gs = self._roots(st, a, out)
+        need = [i for i, t in enumerate(inp) if t.requires_grad]
+        got: list = [None] * len(inp)
+        if roots and need:
+            for i, g in zip(need, _autograd.grad(roots, [inp[i] for i in need], gs, True)):
+                got[i] = g
+        self._put_grad_input(st, a, got)
 
     def backward_weight(self, a) -> None:
         st = self.s._stages[a.stage]
         inp, out, _ = st.state.pop(a.microbatch)
         params = st.params()
-        if not params:
+        roots, g = self._roots(st, a, out)
+        if not params or not roots:
             return
-        g = self._grad_out(st, a, out)
-        gs = _autograd.grad(out, params, g, False)
+        gs = _autograd.grad(roots, params, g, False)
         with torch.no_grad():
             for p, gp in zip(params, gs):
                 if gp is None:

@@ -6,8 +6,9 @@ its backward, the autograd state of that micro-batch. Activations and their
 gradients travel between stages in dpl's buffers, seen as tensors without
 copying: a stage's input is a view of the buffer its receive landed in, and
 its output is written once into the buffer its send goes out from.
-dpl carries one tensor between two stages, with the batch as its first
-dimension; the first stage takes any positional and keyword arguments.
+A stage hands the next one tensor or a tuple of tensors, each with the
+micro-batch as its first dimension (``_boundary.py``); the first stage
+takes any positional and keyword arguments.
 """
 
 from __future__ import annotations
@@ -16,11 +17,7 @@ from typing import Any, Sequence
 
 import torch
 
-from .. import errors
-
-
-def _bad(msg: str) -> errors.InvalidArgument:
-    return errors.InvalidArgument(errors.EINVAL, "DPL_EINVAL", msg)
+from ._boundary import Layout, _bad, meta_of_output, metas_of_example
 
 
 class PipelineStage:
@@ -32,10 +29,12 @@ class PipelineStage:
         num_stages: stages of the whole pipeline (all ranks, all chunks).
         device: where the submodule runs (host memory devices only today:
             "cpu").
-        input_args: an example input (a tensor, or a tuple for the first
-            stage) with the micro-batch as first dimension, to skip shape
-            inference for the input; optional.
-        output_args: an example output, likewise; optional.
+        input_args: an example input (a tensor, or a tuple of them) with
+            the micro-batch as first dimension; optional. dpl learns a
+            stage's inputs from the stage before it, and checks them
+            against this when given.
+        output_args: an example output (a tensor or a tuple of them), to
+            skip shape inference for the output; optional.
         group: accepted for compatibility with PyTorch; ignored (dpl's
             world comes from ``world`` or :func:`dpl.world.current`).
         world: a :class:`dpl.world.World` to run in (default: found when
@@ -68,12 +67,12 @@ class PipelineStage:
         self.is_first = stage_index == 0
         self.is_last = stage_index == num_stages - 1
         self.world = world
-        self._in_meta = _meta_of(input_args, f"stage {stage_index} input_args") \
+        self._in_meta = metas_of_example(input_args, f"stage {stage_index} input_args") \
             if input_args is not None and not self.is_first else None
-        self._out_meta = _meta_of(output_args, f"stage {stage_index} output_args") \
+        self._out_meta = metas_of_example(output_args, f"stage {stage_index} output_args") \
             if output_args is not None and not self.is_last else None
-        self.in_meta: tuple | None = None   # (per-sample shape, dtype) once known
-        self.out_meta: tuple | None = None
+        self.in_meta: Layout | None = None   # what it receives and sends, once known
+        self.out_meta: Layout | None = None
         self._params: list[torch.nn.Parameter] | None = None
         self.state: dict[int, tuple] = {}   # micro-batch -> autograd state
 
@@ -101,33 +100,30 @@ class PipelineStage:
             elif not g.is_contiguous():
                 p.grad = g.contiguous()
 
-    def infer_output(self, in_meta: tuple | None, sample_args: tuple, sample_kwargs: dict) -> tuple:
-        """(per-sample shape, dtype) of this stage's output, from output_args
-        or by running the submodule on meta tensors (falling back to a real
-        forward of zeros without grad, buffers restored)."""
+    def set_layouts(self, in_meta: Layout | None, out_meta: Layout | None) -> None:
+        """Fix what this stage receives and sends, as the set-up agreed.
+        Raises InvalidArgument when ``input_args`` disagrees with what the
+        stage before sends."""
+        if self._in_meta is not None and in_meta is not None and self._in_meta != in_meta.metas:
+            raise _bad(f"stage {self.stage_index}: input_args describe {self._in_meta}; "
+                       f"stage {self.stage_index - 1} sends {in_meta.metas}")
+        self.in_meta, self.out_meta = in_meta, out_meta
+
+    def infer_output(self, in_meta: Layout | None, sample_args: tuple,
+                     sample_kwargs: dict) -> list[tuple]:
+        """(per-sample shape, dtype) of each tensor of this stage's output,
+        from output_args or by running the submodule on meta tensors
+        (falling back to a real forward of zeros without grad, buffers
+        restored). Raises InvalidArgument when the output is not tensors."""
         if self._out_meta is not None:
             return self._out_meta
         if self.is_first:
             args = tuple(a[:1] if torch.is_tensor(a) else a for a in sample_args)
             kwargs = {k: (v[:1] if torch.is_tensor(v) else v) for k, v in sample_kwargs.items()}
         else:
-            shape, dtype = in_meta
-            args, kwargs = (torch.zeros((1, *shape), dtype=dtype),), {}
-        out = _dry_forward(self.submod, args, kwargs)
-        if not torch.is_tensor(out):
-            raise _bad(f"stage {self.stage_index} returned {type(out).__name__}; dpl.torch "
-                       "carries one tensor between stages")
-        return (tuple(out.shape[1:]), out.dtype)
-
-
-def _meta_of(example: Any, what: str) -> tuple:
-    if isinstance(example, (tuple, list)):
-        if len(example) != 1:
-            raise _bad(f"{what}: dpl.torch carries one tensor between stages (got {len(example)})")
-        example = example[0]
-    if not torch.is_tensor(example) or example.dim() < 1:
-        raise _bad(f"{what}: expected a tensor with the micro-batch as first dimension")
-    return (tuple(example.shape[1:]), example.dtype)
+            args = tuple(torch.zeros((1, *shape), dtype=dtype) for shape, dtype in in_meta.metas)
+            kwargs = {}
+        return meta_of_output(_dry_forward(self.submod, args, kwargs), self.stage_index)
 
 
 def _dry_forward(mod: torch.nn.Module, args: tuple, kwargs: dict) -> Any:
@@ -147,20 +143,13 @@ def _dry_forward(mod: torch.nn.Module, args: tuple, kwargs: dict) -> Any:
                 two = tuple(torch.cat([a, a]) if torch.is_tensor(a) else a for a in args)
                 kw2 = {k: (torch.cat([v, v]) if torch.is_tensor(v) else v) for k, v in kwargs.items()}
                 out = mod(*two, **kw2)
+            if isinstance(out, (tuple, list)):
+                return type(out)(t[:1] if torch.is_tensor(t) else t for t in out)
             return out[:1] if torch.is_tensor(out) else out
         finally:
             with torch.no_grad():
                 for k, v in mod.named_buffers():
                     v.copy_(saved[k])
-
-
-def nbytes_per_sample(meta: tuple) -> int:
-    """Bytes of one sample of a (per-sample shape, dtype) pair."""
-    shape, dtype = meta
-    n = 1
-    for d in shape:
-        n *= d
-    return n * torch.empty((), dtype=dtype).element_size()
 
 
 def split_replicas(rank: int, replicas: Sequence[int]) -> tuple[int, int]:
