@@ -38,7 +38,7 @@ _DPL_PATH = os.path.dirname(os.path.dirname(os.path.abspath(dpl.__file__)))
 
 _CLASSES = ("PipelineStage, ScheduleGPipe, Schedule1F1B, ScheduleInterleaved1F1B, "
             "ScheduleLoopedBFS, ScheduleInterleavedZeroBubble, ScheduleZBVZeroBubble, "
-            "ScheduleDualPipeV")
+            "ScheduleDualPipeV, pipeline, SplitPoint")
 TORCH_IMPORT = f"from torch.distributed.pipelining import {_CLASSES}"
 DPL_IMPORT = f"from dpl.torch import {_CLASSES}"
 # classes that hold two stages per rank; ZBV and DualPipeV in a V (rank r:
@@ -128,6 +128,42 @@ def batches():
              torch.randn(BATCH, WIDTHS[-1], generator=g)) for _ in range(ITERS)]
 
 
+class TracedNet(torch.nn.Module):
+    """For pipeline(): a skip connection from the first layer to the head,
+    over every cut, and a keyword input (mask). The mask is used on the
+    first stage only: PyTorch 2.15's runtime refuses a model input used
+    on a later stage ("expected non-root _RecvInfo but got root arg"),
+    which dpl.torch runs (test_torch_pipe.py)."""
+
+    def __init__(self):
+        super().__init__()
+        self.emb = torch.nn.Linear(WIDTHS[0], WIDTHS[1])
+        self.blocks = torch.nn.ModuleList([torch.nn.Linear(WIDTHS[1], WIDTHS[1])
+                                           for _ in range(4)])
+        self.head = torch.nn.Linear(WIDTHS[1], WIDTHS[-1])
+
+    def forward(self, x, mask):
+        h = skip = self.emb(x) * mask
+        for b in self.blocks:
+            h = torch.tanh(b(h))
+        return self.head(h + skip)
+
+
+def traced_model():
+    torch.manual_seed(7)
+    return TracedNet()
+
+
+def split_spec(n_stages):
+    """Cuts before blocks so that n_stages (2 or 4) parts remain."""
+    at = {2: ["blocks.2"], 4: ["blocks.1", "blocks.2", "blocks.3"]}[n_stages]
+    return {name: SplitPoint.BEGINNING for name in at}
+
+
+def mask_of(x):
+    return (x[:, :1] > -0.5).float().expand(-1, WIDTHS[1]).contiguous()
+
+
 def eval_batch():
     g = torch.Generator().manual_seed(13)
     return (torch.randn(BATCH, WIDTHS[0], generator=g),
@@ -152,8 +188,15 @@ def train(name, rank, world):
     mine = [rank + k * world for k in range(per_rank)]
     if name in ("ScheduleZBVZeroBubble", "ScheduleDualPipeV"):
         mine = [rank, 2 * world - 1 - rank]
-    parts = build_parts(n_stages, variant == "tuples")
-    stages = [PipelineStage(parts[s], s, n_stages, torch.device("cpu")) for s in mine]
+    if variant == "traced":   # PyTorch's tracer cuts the model
+        x0 = batches()[0][0][:BATCH // MICROBATCHES]
+        pipe = pipeline(traced_model(), (x0,), {{"mask": mask_of(x0)}},
+                        split_spec=split_spec(n_stages))
+        stages = [pipe.build_stage(s, torch.device("cpu")) for s in mine]
+        parts = {{s: st.submod for s, st in zip(mine, stages)}}
+    else:
+        parts = build_parts(n_stages, variant == "tuples")
+        stages = [PipelineStage(parts[s], s, n_stages, torch.device("cpu")) for s in mine]
     cls = {{"ScheduleGPipe": ScheduleGPipe, "Schedule1F1B": Schedule1F1B,
            "ScheduleInterleaved1F1B": ScheduleInterleaved1F1B,
            "ScheduleLoopedBFS": ScheduleLoopedBFS,
@@ -179,6 +222,8 @@ def train(name, rank, world):
         losses = []
         if n_stages - 1 in mine:
             kw = {{"target": y, "losses": losses}}
+        if variant == "traced" and 0 in mine:
+            kw["mask"] = mask_of(x)
         sched.step(*args, **kw)
         opt.step()
         all_losses.append([float(l) for l in losses])
@@ -295,13 +340,19 @@ NAMES = ["ScheduleGPipe", "Schedule1F1B", "ScheduleInterleaved1F1B", "ScheduleLo
 # the same script on stages that hand the next a tuple of tensors (an f32
 # activation, an int64 flag, a second f32 view of the activation)
 TUPLE_NAMES = ["ScheduleGPipe:tuples", "Schedule1F1B:tuples", "ScheduleInterleaved1F1B:tuples"]
+# the same script on a model cut by PyTorch's tracer (pipeline() and
+# build_stage()), with a skip connection over every cut and a keyword input;
+# PyTorch 2.15's classes with several stages per rank refuse the skip
+# connection ("only supports adjacent-stage communication"), which
+# dpl.torch runs (test_torch_pipe.py)
+TRACED_NAMES = ["ScheduleGPipe:traced", "Schedule1F1B:traced"]
 
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory) -> dict:
     """Both sides, every schedule: one launch per side."""
     tmp = tmp_path_factory.mktemp("parity")
-    names = NAMES + TUPLE_NAMES
+    names = NAMES + TUPLE_NAMES + TRACED_NAMES
     return {"torch": _launch(TORCH_IMPORT, names, tmp, "torch"),
             "dpl": _launch(DPL_IMPORT, names, tmp, "dpl")}
 
@@ -310,13 +361,30 @@ def _stages_of(name: str) -> int:
     return RANKS * (2 if name.partition(":")[0] in TWO_PER_RANK else 1)
 
 
+def _traced_names(ns: dict, n_stages: int) -> list[list[str]]:
+    """Each stage's parameter names when PyTorch's tracer cuts the model."""
+    from torch.distributed.pipelining import SplitPoint, pipeline
+    ns["SplitPoint"] = SplitPoint
+    x0 = ns["batches"]()[0][0][:ns["BATCH"] // ns["MICROBATCHES"]]
+    pipe = pipeline(ns["traced_model"](), (x0,), {"mask": ns["mask_of"](x0)},
+                    split_spec=ns["split_spec"](n_stages))
+    return [[n for n, _ in pipe.get_stage_module(s).named_parameters()]
+            for s in range(n_stages)]
+
+
 def _reference(n_stages: int, variant: str = "") -> dict:
     """The same training on the unsplit model in this process."""
     ns = _model_namespace()
-    parts = ns["build_parts"](n_stages, variant == "tuples")
-    model = torch.nn.ModuleList(parts)
-    stage_params = [list(p.parameters()) for p in parts]
-    run = lambda xs: ns["chain"](parts, xs)  # noqa: E731
+    if variant == "traced":
+        model = ns["traced_model"]()
+        named = dict(model.named_parameters())
+        stage_params = [[named[n] for n in names] for names in _traced_names(ns, n_stages)]
+        run = lambda xs: model(xs, ns["mask_of"](xs))  # noqa: E731
+    else:
+        parts = ns["build_parts"](n_stages, variant == "tuples")
+        model = torch.nn.ModuleList(parts)
+        stage_params = [list(p.parameters()) for p in parts]
+        run = lambda xs: ns["chain"](parts, xs)  # noqa: E731
     opt = torch.optim.SGD(model.parameters(), lr=ns["LR"], momentum=ns["MOMENTUM"])
     M = ns["MICROBATCHES"]
     all_losses = []
@@ -350,13 +418,17 @@ def _worst(got: dict, want: dict) -> float:
     return worst
 
 
-@pytest.mark.parametrize("name", NAMES + TUPLE_NAMES)
+@pytest.mark.parametrize("name", NAMES + TUPLE_NAMES + TRACED_NAMES)
 def test_same_script_same_parameters(name, runs):
     n_stages = _stages_of(name)
     variant = name.partition(":")[2]
     ref = _reference(n_stages, variant)
     ns = _model_namespace()
-    init = [list(p.parameters()) for p in ns["build_parts"](n_stages, variant == "tuples")]
+    if variant == "traced":
+        named = dict(ns["traced_model"]().named_parameters())
+        init = [[named[n] for n in names] for names in _traced_names(ns, n_stages)]
+    else:
+        init = [list(p.parameters()) for p in ns["build_parts"](n_stages, variant == "tuples")]
     # Training moved every stage's parameters (so equality below means something).
     for s in range(n_stages):
         assert any(_rel(p, q.detach()) > 1e-3 for p, q in zip(ref["params"][s], init[s]))

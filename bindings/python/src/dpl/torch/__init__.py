@@ -2,7 +2,8 @@
 
 Change ``from torch.distributed.pipelining import PipelineStage,
 Schedule1F1B`` to ``from dpl.torch import PipelineStage, Schedule1F1B`` and
-the script runs on dpl's runner.
+the script runs on dpl's runner. Scripts that trace and split their model
+with ``pipeline(...)`` and ``pipe.build_stage(...)`` change the same line.
 """
 
 from .schedules import (Schedule1F1B, ScheduleDAPPLE, ScheduleGPipe,  # noqa: F401
@@ -12,3 +13,14 @@ from .schedules import (Schedule1F1B, ScheduleDAPPLE, ScheduleGPipe,  # noqa: F4
 from .stage import PipelineStage  # noqa: F401
 from .plan import from_plan  # noqa: F401
 from .profile import profile  # noqa: F401
+
+# the tracing frontend needs torch.distributed.pipelining (150 MiB and
+# seconds to import): loaded on first use
+_PIPE = ("Pipe", "SplitPoint", "build_stage", "pipe_split", "pipeline")
+
+
+def __getattr__(name: str):
+    if name in _PIPE:
+        from . import pipe
+        return getattr(pipe, name)
+    raise AttributeError(f"module 'dpl.torch' has no attribute {name!r}")

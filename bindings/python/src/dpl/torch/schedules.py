@@ -381,7 +381,7 @@ class _Callbacks:
         st = self.s._stages[a.stage]
         train = self.s._train
         args, kw, inp = self._inputs(st, a)
-        out = st.submod(*args, **kw)
+        out = st.fn(*args, **kw)
         if st.is_last:
             loss = None
             if self.s._loss_fn is not None and self.s._target is not None:

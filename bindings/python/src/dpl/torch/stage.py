@@ -61,6 +61,7 @@ class PipelineStage:
             raise _bad(f"device {device!r}: dpl.torch runs stages on the CPU today "
                        "(the CUDA device module is not in this build)")
         self.submod = submodule
+        self.fn: torch.nn.Module = submodule   # what the schedule calls
         self.stage_index = stage_index
         self.num_stages = num_stages
         self.device = dev
@@ -100,6 +101,12 @@ class PipelineStage:
             elif not g.is_contiguous():
                 p.grad = g.contiguous()
 
+    def set_call(self, fn: torch.nn.Module) -> None:
+        """Have the schedule call ``fn``, a module around ``submod`` with
+        the same parameters (as :func:`dpl.torch.build_stage` makes for a
+        traced split), instead of ``submod`` itself."""
+        self.fn = fn
+
     def set_layouts(self, in_meta: Layout | None, out_meta: Layout | None) -> None:
         """Fix what this stage receives and sends, as the set-up agreed.
         Raises InvalidArgument when ``input_args`` disagrees with what the
@@ -123,7 +130,7 @@ class PipelineStage:
         else:
             args = tuple(torch.zeros((1, *shape), dtype=dtype) for shape, dtype in in_meta.metas)
             kwargs = {}
-        return meta_of_output(_dry_forward(self.submod, args, kwargs), self.stage_index)
+        return meta_of_output(_dry_forward(self.fn, args, kwargs), self.stage_index)
 
 
 def _dry_forward(mod: torch.nn.Module, args: tuple, kwargs: dict) -> Any:
