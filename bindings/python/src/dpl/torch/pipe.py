@@ -138,9 +138,11 @@ class _Plan:
         last = calls[-1]
         for v in _inputs_of(out):
             if made.get(v) != num_stages - 1 or not (v is last or v.args[0] is last):
-                raise _bad(f"the model's output uses {v.name}, made "
-                           f"{'as a model input' if made.get(v) == -1 else f'at stage {made.get(v)}'}"
-                           f"; dpl.torch returns what the last stage ({num_stages - 1}) returns")
+                m = made.get(v)
+                where = "as a model input" if m == -1 else "by no stage" if m is None \
+                    else f"at stage {m}"
+                raise _bad(f"the model's output uses {v.name}, made {where}; dpl.torch "
+                           f"returns what the last stage ({num_stages - 1}) returns")
         self.made = made
         # carried[s]: the values stage s hands stage s + 1, in graph order
         self.carried = [sorted((v for v, m in made.items() if m <= s and last_use.get(v, -1) > s),
