@@ -13,8 +13,7 @@ a strided view of the buffer (rows of ``per_sample`` bytes); a lone
 tensor is the buffer itself, unpadded and contiguous. The gradient buffer
 has the same layout; the part of a tensor that has no gradient (an
 integer or bool tensor, one that does not require grad, or an input the
-stage did not use) holds zeros. The last stage's outputs, kept for the
-caller, are merged here too (``merge_outputs``).
+stage did not use) holds zeros.
 """
 
 from __future__ import annotations
@@ -156,20 +155,6 @@ def kept_output(out: Any, buf: int | None) -> Any:
         t = t.detach()
         return t.clone() if buf is not None and t.untyped_storage().data_ptr() == buf else t
     return tuple(one(t) for t in out) if isinstance(out, (tuple, list)) else one(out)
-
-
-def merge_outputs(outs: list) -> Any:
-    """The last stage's micro-batch outputs as one: tensors concatenated
-    along dimension 0, a tuple element by element (an element that is not
-    a tensor with a batch dimension is taken from the first micro-batch),
-    as PyTorch's default output merge. None when there are none."""
-    if not outs:
-        return None
-    if isinstance(outs[0], tuple):
-        return tuple(torch.cat([o[i] for o in outs])
-                     if torch.is_tensor(outs[0][i]) and outs[0][i].dim() >= 1 else outs[0][i]
-                     for i in range(len(outs[0])))
-    return torch.cat(outs)
 
 
 def _nbytes(meta: tuple) -> int:

@@ -23,30 +23,47 @@ def _sizes(batch: int, m: int) -> list[int]:
     return [e - b for b, e in (split(batch, m, j) for j in range(m))]
 
 
-def _join(parts: list, what: str) -> Any:
+def _same(a: Any, b: Any) -> bool:
+    if a is b:
+        return True
+    if torch.is_tensor(a) or torch.is_tensor(b):
+        return torch.is_tensor(a) and torch.is_tensor(b) and torch.equal(a, b)
+    return bool(a == b)
+
+
+def _join(parts: list, what: str, dim: Any = "default") -> Any:
     """One value from M micro-batch values: tensors concatenated along
-    dimension 0 (their sizes checked), anything else equal in every
-    micro-batch and taken once."""
+    ``dim`` (default 0; their sizes checked); a value given whole to every
+    micro-batch (``dim`` None, and by default anything but a tensor) must
+    be the same in each and is taken once."""
     first = parts[0]
+    if dim == "default":
+        dim = 0 if torch.is_tensor(first) else None
+    if dim is None:
+        if not all(_same(p, first) for p in parts):
+            raise _bad(f"{what}: a value given whole to every micro-batch must be the same "
+                       "in each")
+        return first
     if torch.is_tensor(first):
-        if not all(torch.is_tensor(p) and p.dim() >= 1 for p in parts):
-            raise _bad(f"{what}: every micro-batch needs a tensor with a batch dimension")
-        sizes = [int(p.shape[0]) for p in parts]
+        if not all(torch.is_tensor(p) and -p.dim() <= dim < p.dim() for p in parts):
+            raise _bad(f"{what}: every micro-batch needs a tensor with dimension {dim}")
+        sizes = [int(p.shape[dim]) for p in parts]
         want = _sizes(sum(sizes), len(parts))
         if sizes != want:
             raise _bad(f"{what}: micro-batch sizes {sizes}; dpl splits a batch of {sum(sizes)} "
                        f"into {want} (sizes differ by at most one, larger first, as "
                        "torch.tensor_split)")
-        return torch.cat(parts)
-    if any(p is not first and p != first for p in parts):
-        raise _bad(f"{what}: a value that is not a tensor must be the same in every micro-batch")
-    return first
+        return torch.cat(parts, dim)
+    raise _bad(f"{what}: cut along dimension {dim}, but it is {type(first).__name__}")
 
 
 def join_microbatches(m: int, args: tuple, kwargs: dict, target: Any, arg_mbs: Any,
-                      kwarg_mbs: Any, target_mbs: Any) -> tuple[tuple, dict, Any]:
+                      kwarg_mbs: Any, target_mbs: Any, arg_dims: list | None = None,
+                      kwarg_dims: dict | None = None) -> tuple[tuple, dict, Any]:
     """(args, kwargs, target) for the whole batch, from either whole-batch
-    values or pre-split ones (never both, as PyTorch requires)."""
+    values or pre-split ones (never both, as PyTorch requires). Inputs are
+    joined along their cut dimension (``arg_dims``/``kwarg_dims`` from the
+    chunk specs, None for one given whole; default: a tensor along 0)."""
     if arg_mbs is None and kwarg_mbs is None and target_mbs is None:
         return args, kwargs, target
     if args:
@@ -75,13 +92,16 @@ def join_microbatches(m: int, args: tuple, kwargs: dict, target: Any, arg_mbs: A
         if any(len(x) != n for x in arg_mbs):
             raise _bad(f"arg_mbs: micro-batches have {sorted({len(x) for x in arg_mbs})} "
                        "positional inputs; they need the same number")
-        args = tuple(_join([x[i] for x in arg_mbs], f"arg_mbs[*][{i}]") for i in range(n))
+        args = tuple(_join([x[i] for x in arg_mbs], f"arg_mbs[*][{i}]",
+                           arg_dims[i] if arg_dims is not None and i < len(arg_dims)
+                           else "default") for i in range(n))
     if kwarg_mbs is not None:
         keys = set(kwarg_mbs[0])
         if any(set(x) != keys for x in kwarg_mbs):
             raise _bad("kwarg_mbs: micro-batches have different keys")
-        kwargs = {k: _join([x[k] for x in kwarg_mbs], f"kwarg_mbs[*][{k!r}]")
-                  for k in sorted(keys)}
+        kwargs = {k: _join([x[k] for x in kwarg_mbs], f"kwarg_mbs[*][{k!r}]",
+                           kwarg_dims.get(k, "default") if kwarg_dims is not None
+                           else "default") for k in sorted(keys)}
     if target_mbs is not None:
         target = _join(list(target_mbs), "target_mbs")
     return args, kwargs, target

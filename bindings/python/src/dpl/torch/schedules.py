@@ -8,12 +8,14 @@ PyTorch's semantics (pre-split ``arg_mbs``/``kwarg_mbs``/``target_mbs``,
 ``loss_kwargs``, ``return_outputs``; without a ``loss_fn`` a step is a
 forward-only pass, as ``eval``): the
 first stage takes the whole batch and splits it into micro-batches along
-dimension 0 (sizes differ by at most one, larger first, as
-``torch.tensor_split``); the last stage takes the target, appends each
-micro-batch's loss to ``losses`` and returns the outputs concatenated
-(None on a replica whose shares of every micro-batch are empty); other
-ranks return None. Gradients accumulate in the parameters' ``.grad``
-(divided by the number of micro-batches when ``scale_grads``); the caller
+dimension 0, or as ``args_chunk_spec``/``kwargs_chunk_spec`` say (sizes
+differ by at most one, larger first, as ``torch.tensor_split``;
+``_chunks.py``); the last stage takes the target, appends each
+micro-batch's loss to ``losses`` and returns the outputs merged,
+concatenated or as ``output_merge_spec`` says (None on a replica whose
+shares of every micro-batch are empty); other ranks return None.
+Gradients accumulate in the parameters' ``.grad`` (divided by the number
+of micro-batches when ``scale_grads``); the caller
 runs the optimizer, as with PyTorch.
 
 Replicas (ScheduleDAPPLE): pipeline rank p runs ``replicas[p]`` copies of
@@ -35,7 +37,8 @@ from .. import errors, world as dpl_world
 from ..runner import Runner, dtype_code, split
 from ..schedule import schedule as build_schedule
 from . import _autograd
-from ._boundary import Layout, as_tuple, kept_output, merge_outputs
+from ._boundary import Layout, as_tuple, kept_output
+from ._chunks import REPLICATE, Chunking, batch_of
 from ._inputs import join_microbatches
 from .stage import PipelineStage, _bad, split_replicas
 
@@ -59,9 +62,7 @@ class _PipelineSchedule:
             raise _bad("stages must be a PipelineStage or a non-empty list of them")
         if not isinstance(n_microbatches, int) or isinstance(n_microbatches, bool) or n_microbatches < 1:
             raise _bad(f"n_microbatches must be an int >= 1 (got {n_microbatches!r})")
-        if args_chunk_spec is not None or kwargs_chunk_spec is not None or output_merge_spec is not None:
-            raise _bad("dpl.torch splits inputs and merges outputs along dimension 0 only "
-                       "(args_chunk_spec, kwargs_chunk_spec and output_merge_spec must be None)")
+        self._chunking = Chunking(args_chunk_spec, kwargs_chunk_spec, output_merge_spec)
         S = st[0].num_stages
         if any(s.num_stages != S for s in st):
             raise _bad(f"stages disagree on num_stages: {[s.num_stages for s in st]}")
@@ -156,14 +157,18 @@ class _PipelineSchedule:
             raise _bad(f"losses must be a list (got {type(losses).__name__})")
         if loss_kwargs is not None and not isinstance(loss_kwargs, dict):
             raise _bad(f"loss_kwargs must be a dict (got {type(loss_kwargs).__name__})")
+        ch = self._chunking
         args, kwargs, target = join_microbatches(self._n_microbatches, args, kwargs, target,
-                                                 arg_mbs, kwarg_mbs, target_mbs)
+                                                 arg_mbs, kwarg_mbs, target_mbs,
+                                                 ch.args, ch.kwargs)
         first = self._stages.get(0)
         last = self._stages.get(next(iter(self._stages.values())).num_stages - 1)
+        self._dims: tuple = ([], {})
         if first is not None:
             if not args and not kwargs:
                 raise _bad("the first stage's step() and eval() need the batch's inputs")
-            b = _batch_of(args, kwargs)
+            self._dims = ch.dims(args, kwargs)
+            b = batch_of(args, kwargs, self._dims)
         else:
             b = None
         if train and last is not None and target is None:
@@ -203,7 +208,8 @@ class _PipelineSchedule:
             return None
         if losses is not None:
             losses.extend(self._losses[j] for j in sorted(self._losses))
-        return merge_outputs([t for j in sorted(self._outputs) for t in self._outputs[j]])
+        return self._chunking.merge_outputs(
+            [t for j in sorted(self._outputs) for t in self._outputs[j]])
 
     # ---------------------------------------------------------------
     def _setup(self, args: tuple, kwargs: dict, batch: int | None) -> None:
@@ -249,7 +255,8 @@ class _PipelineSchedule:
                 st = self._stages[s]
                 in_meta = metas[s - 1] if s > 0 else None
                 st.in_meta = in_meta
-                out = st.infer_output(in_meta, args, kwargs) if not st.is_last else None
+                out = st.infer_output(in_meta, args, kwargs, self._dims) \
+                    if not st.is_last else None
                 d = {"outs": Layout(out).to_json() if out else None}
                 if s == 0:
                     d["batch"] = batch
@@ -300,15 +307,6 @@ class _PipelineSchedule:
         return self._runner
 
 
-def _batch_of(args: tuple, kwargs: dict) -> int:
-    for t in list(args) + list(kwargs.values()):
-        if torch.is_tensor(t):
-            if t.dim() == 0:
-                raise _bad("inputs must have the batch as their first dimension (got a scalar)")
-            return int(t.shape[0])
-    raise _bad("the first stage's inputs hold no tensor to split into micro-batches")
-
-
 class _Callbacks:
     """The runner's stage callbacks over this rank's PipelineStages."""
 
@@ -339,29 +337,32 @@ class _Callbacks:
         """Forget the last step's split inputs and target."""
         self.split_args = self.split_target = None
 
-    def _split(self, t: Any) -> Any:
+    def _split(self, t: Any, dim: int | None = 0) -> Any:
         # the whole batch cut once per step (one call, like PyTorch's
         # split into micro-batches), not sliced once per callback
-        return t.tensor_split(self.cuts) if torch.is_tensor(t) else None
+        return t.tensor_split(self.cuts, dim) if dim is not REPLICATE and torch.is_tensor(t) \
+            else None
 
-    def _take(self, a, t: Any, pieces: Any) -> Any:
+    def _take(self, a, t: Any, pieces: Any, dim: int | None = 0) -> Any:
         if pieces is None:
             return t
         j = a.microbatch
         if self.ranges[j][0] != a.begin or self.ranges[j][1] != a.end:
-            return t[a.begin:a.end]   # never, by <dpl/runner.h>'s contract
+            # never, by <dpl/runner.h>'s contract
+            return t.narrow(dim, a.begin, a.end - a.begin)
         return pieces[self.piece[j]]
 
     def _inputs(self, st: PipelineStage, a) -> tuple:
         n = a.end - a.begin
         if st.is_first:
             sp = self.split_args
+            ad, kd = self.s._dims
             if sp is None:
                 sp = self.split_args = (
-                    [self._split(t) for t in self.s._args],
-                    {k: self._split(v) for k, v in self.s._kwargs.items()})
-            args = tuple(self._take(a, t, p) for t, p in zip(self.s._args, sp[0]))
-            kw = {k: self._take(a, v, sp[1][k]) for k, v in self.s._kwargs.items()} \
+                    [self._split(t, d) for t, d in zip(self.s._args, ad)],
+                    {k: self._split(v, kd[k]) for k, v in self.s._kwargs.items()})
+            args = tuple([self._take(a, t, p, d) for t, p, d in zip(self.s._args, sp[0], ad)])
+            kw = {k: self._take(a, v, sp[1][k], kd[k]) for k, v in self.s._kwargs.items()} \
                 if self.s._kwargs else {}
             return args, kw, None
         lay = st.in_meta

@@ -116,24 +116,36 @@ class PipelineStage:
                        f"stage {self.stage_index - 1} sends {in_meta.metas}")
         self.in_meta, self.out_meta = in_meta, out_meta
 
-    def infer_output(self, in_meta: Layout | None, sample_args: tuple,
-                     sample_kwargs: dict) -> list[tuple]:
+    def infer_output(self, in_meta: Layout | None, sample_args: tuple, sample_kwargs: dict,
+                     dims: tuple | None = None) -> list[tuple]:
         """(per-sample shape, dtype) of each tensor of this stage's output,
         from output_args or by running the submodule on meta tensors
         (falling back to a real forward of zeros without grad, buffers
-        restored). Raises InvalidArgument when the output is not tensors."""
+        restored). The first stage runs on one sample of ``sample_args``
+        and ``sample_kwargs``, cut along ``dims`` (each input's cut
+        dimension, None for one given whole; default: tensors along 0).
+        Raises InvalidArgument when the output is not tensors."""
         if self._out_meta is not None:
             return self._out_meta
         if self.is_first:
-            args = tuple(a[:1] if torch.is_tensor(a) else a for a in sample_args)
-            kwargs = {k: (v[:1] if torch.is_tensor(v) else v) for k, v in sample_kwargs.items()}
+            ad, kd = dims if dims is not None else (
+                [0 if torch.is_tensor(a) else None for a in sample_args],
+                {k: 0 if torch.is_tensor(v) else None for k, v in sample_kwargs.items()})
+            args = tuple(_one(a, d) for a, d in zip(sample_args, ad))
+            kwargs = {k: _one(v, kd[k]) for k, v in sample_kwargs.items()}
+            cut = (ad, kd)
         else:
             args = tuple(torch.zeros((1, *shape), dtype=dtype) for shape, dtype in in_meta.metas)
             kwargs = {}
-        return meta_of_output(_dry_forward(self.fn, args, kwargs), self.stage_index)
+            cut = ([0] * len(args), {})
+        return meta_of_output(_dry_forward(self.fn, args, kwargs, cut), self.stage_index)
 
 
-def _dry_forward(mod: torch.nn.Module, args: tuple, kwargs: dict) -> Any:
+def _one(t: Any, dim: int | None) -> Any:
+    return t.narrow(dim, 0, 1) if dim is not None else t
+
+
+def _dry_forward(mod: torch.nn.Module, args: tuple, kwargs: dict, cut: tuple) -> Any:
     try:
         from torch.func import functional_call
         meta = {k: torch.empty_like(v, device="meta")
@@ -147,8 +159,12 @@ def _dry_forward(mod: torch.nn.Module, args: tuple, kwargs: dict) -> Any:
         saved = {k: v.clone() for k, v in mod.named_buffers()}
         try:
             with torch.no_grad():
-                two = tuple(torch.cat([a, a]) if torch.is_tensor(a) else a for a in args)
-                kw2 = {k: (torch.cat([v, v]) if torch.is_tensor(v) else v) for k, v in kwargs.items()}
+                # two samples (one could be taken for a batch dimension)
+                ad, kd = cut
+                two = tuple(torch.cat([a, a], d) if d is not None else a
+                            for a, d in zip(args, ad))
+                kw2 = {k: (torch.cat([v, v], kd[k]) if kd[k] is not None else v)
+                       for k, v in kwargs.items()}
                 out = mod(*two, **kw2)
             if isinstance(out, (tuple, list)):
                 return type(out)(t[:1] if torch.is_tensor(t) else t for t in out)
