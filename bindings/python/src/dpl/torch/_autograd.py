@@ -26,17 +26,14 @@ from typing import Sequence
 
 import torch
 
+from ._boundary import as_tuple
+
 _engine = getattr(getattr(torch.autograd, "graph", None), "_engine_run_backward", None)
 _Tensor = torch.Tensor
 
 
 def _plain(t: torch.Tensor) -> bool:
     return type(t) is _Tensor or type(t) is torch.nn.Parameter
-
-
-def _seq(x) -> tuple:
-    t = type(x)
-    return x if t is tuple else tuple(x) if t is list else (x,)
 
 
 def _engine_grads(outs: tuple, grads: tuple) -> tuple | None:
@@ -66,7 +63,7 @@ def backward(out, grad) -> None:
     ``.grad``; frees the graph. ``out`` is a tensor or a sequence of them,
     ``grad`` the same number of gradients; a gradient may be None only
     for a one-element output (a loss). Raises what autograd raises."""
-    outs, grads = _seq(out), _seq(grad)
+    outs, grads = as_tuple(out), as_tuple(grad)
     gs = _engine_grads(outs, grads) if _engine is not None else None
     if gs is None:
         torch.autograd.backward(list(outs), list(grads))
@@ -79,7 +76,7 @@ def grad(out, inputs: Sequence[torch.Tensor], grad_out, retain_graph: bool) -> t
     allow_unused=True)``: the gradients of ``inputs`` (None for an unused
     one), nothing accumulated. ``out`` and ``grad_out`` as in
     :func:`backward`. Raises what autograd raises."""
-    outs, gouts = _seq(out), _seq(grad_out)
+    outs, gouts = as_tuple(out), as_tuple(grad_out)
     gs = _engine_grads(outs, gouts) if _engine is not None else None
     if gs is not None:
         for t in inputs:

@@ -39,7 +39,10 @@ def differentiable(dtype: torch.dtype) -> bool:
 
 
 def as_tuple(out: Any) -> tuple:
-    """A stage's output as the tuple the next stage is called with."""
+    """A stage's output as the tuple the next stage is called with (a
+    tuple itself as it is: the callbacks and autograd calls pass tuples)."""
+    if type(out) is tuple:
+        return out
     if isinstance(out, (tuple, list)):
         return tuple(out)
     return (out,)

@@ -64,32 +64,47 @@ class Chunking:
         self.kwargs = None if kwargs_spec is None else \
             {k: _dim(s, f"kwargs_chunk_spec[{k!r}]") for k, s in kwargs_spec.items()}
         self.merge = merge_spec
-        specs = merge_spec if isinstance(merge_spec, (tuple, list)) else (merge_spec,)
-        for i, s in enumerate(specs):
-            if merge_spec is not None and not (_is_chunk(s) or _is_reducer(s)):
-                raise _bad(f"output_merge_spec{f'[{i}]' if specs is merge_spec else ''}: "
-                           f"{s!r} is not a TensorChunkSpec or a _CustomReducer")
+        if merge_spec is not None:
+            many = isinstance(merge_spec, (tuple, list))
+            for i, s in enumerate(merge_spec if many else (merge_spec,)):
+                if not (_is_chunk(s) or _is_reducer(s)):
+                    raise _bad(f"output_merge_spec{f'[{i}]' if many else ''}: "
+                               f"{s!r} is not a TensorChunkSpec or a _CustomReducer")
 
-    def dims(self, args: tuple, kwargs: dict) -> tuple[list, dict]:
-        """The cut dimension (or REPLICATE) of each input. Raises
-        InvalidArgument when the specs do not match the inputs."""
+    def cut(self, args: tuple, kwargs: dict) -> tuple[tuple, int]:
+        """The cut dimension (or REPLICATE) of each input, as ``(positional
+        list, keyword dict)``, and the batch size: every input that is cut
+        has it along its cut dimension. Raises InvalidArgument when the
+        specs do not fit the inputs, when the inputs disagree on the batch
+        size (naming both), or when no input is cut."""
         if self.args is not None and len(self.args) != len(args):
             raise _bad(f"args_chunk_spec has {len(self.args)} specs for {len(args)} "
                        "positional inputs")
         if self.kwargs is not None and set(self.kwargs) != set(kwargs):
             raise _bad(f"kwargs_chunk_spec has keys {sorted(self.kwargs)} for keyword inputs "
                        f"{sorted(kwargs)}")
-        ad = list(self.args) if self.args is not None else [_default(a) for a in args]
-        kd = dict(self.kwargs) if self.kwargs is not None else \
-            {k: _default(v) for k, v in kwargs.items()}
-        for what, v, d in [(f"positional input {i}", a, d) for i, (a, d) in
-                           enumerate(zip(args, ad))] + \
-                [(f"keyword input {k!r}", kwargs[k], d) for k, d in kd.items()]:
-            if d is not REPLICATE and not (torch.is_tensor(v) and -v.dim() <= d < v.dim()):
+        ad = self.args if self.args is not None else [default_dim(a) for a in args]
+        kd = self.kwargs if self.kwargs is not None else \
+            {k: default_dim(v) for k, v in kwargs.items()}
+        named = [(f"positional input {i}", a, d) for i, (a, d) in enumerate(zip(args, ad))] + \
+            [(f"keyword input {k!r}", kwargs[k], d) for k, d in kd.items()]
+        batch = None
+        for what, v, d in named:
+            if d is REPLICATE:
+                continue
+            if not (torch.is_tensor(v) and -v.dim() <= d < v.dim()):
                 got = f"a tensor of {v.dim()} dimensions" if torch.is_tensor(v) \
                     else type(v).__name__
                 raise _bad(f"{what}: cut along dimension {d}, but it is {got}")
-        return ad, kd
+            n = int(v.shape[d])
+            if batch is None:
+                batch = (n, what, d)
+            elif n != batch[0]:
+                raise _bad(f"{what} has {n} samples along dimension {d}; {batch[1]} has "
+                           f"{batch[0]} along dimension {batch[2]}")
+        if batch is None:
+            raise _bad("the first stage's inputs hold no tensor to split into micro-batches")
+        return (ad, kd), batch[0]
 
     def merge_outputs(self, outs: list) -> Any:
         """The last stage's micro-batch outputs as one, by the merge spec
@@ -107,26 +122,9 @@ class Chunking:
         return _merge_one(outs, spec)
 
 
-def batch_of(args: tuple, kwargs: dict, dims: tuple) -> int:
-    """The batch size: every input cut into micro-batches has it along its
-    cut dimension. Raises InvalidArgument naming inputs that disagree, or
-    when no input is cut."""
-    ad, kd = dims
-    cut = [(f"positional input {i}", t, d) for i, (t, d) in enumerate(zip(args, ad))] + \
-        [(f"keyword input {k!r}", kwargs[k], d) for k, d in kd.items()]
-    cut = [(w, int(t.shape[d]), d) for w, t, d in cut if d is not REPLICATE]
-    if not cut:
-        if any(torch.is_tensor(t) and t.dim() == 0 for t in list(args) + list(kwargs.values())):
-            raise _bad("inputs must have the batch as their first dimension (got a scalar)")
-        raise _bad("the first stage's inputs hold no tensor to split into micro-batches")
-    for w, n, d in cut[1:]:
-        if n != cut[0][1]:
-            raise _bad(f"{w} has {n} samples along dimension {d}; {cut[0][0]} has {cut[0][1]} "
-                       f"along dimension {cut[0][2]}")
-    return cut[0][1]
-
-
-def _default(v: Any) -> int | None:
+def default_dim(v: Any) -> int | None:
+    """An input's cut dimension without a spec: 0 for a tensor, else given
+    whole (PyTorch's default)."""
     return 0 if torch.is_tensor(v) else REPLICATE
 
 

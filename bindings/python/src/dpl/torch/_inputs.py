@@ -15,7 +15,8 @@ from typing import Any
 import torch
 
 from ..runner import split
-from .stage import _bad
+from ._boundary import _bad
+from ._chunks import default_dim
 
 
 def _sizes(batch: int, m: int) -> list[int]:
@@ -31,14 +32,11 @@ def _same(a: Any, b: Any) -> bool:
     return bool(a == b)
 
 
-def _join(parts: list, what: str, dim: Any = "default") -> Any:
+def _join(parts: list, what: str, dim: int | None) -> Any:
     """One value from M micro-batch values: tensors concatenated along
-    ``dim`` (default 0; their sizes checked); a value given whole to every
-    micro-batch (``dim`` None, and by default anything but a tensor) must
-    be the same in each and is taken once."""
+    ``dim`` (their sizes checked); a value given whole to every
+    micro-batch (``dim`` None) must be the same in each and is taken once."""
     first = parts[0]
-    if dim == "default":
-        dim = 0 if torch.is_tensor(first) else None
     if dim is None:
         if not all(_same(p, first) for p in parts):
             raise _bad(f"{what}: a value given whole to every micro-batch must be the same "
@@ -94,14 +92,14 @@ def join_microbatches(m: int, args: tuple, kwargs: dict, target: Any, arg_mbs: A
                        "positional inputs; they need the same number")
         args = tuple(_join([x[i] for x in arg_mbs], f"arg_mbs[*][{i}]",
                            arg_dims[i] if arg_dims is not None and i < len(arg_dims)
-                           else "default") for i in range(n))
+                           else default_dim(arg_mbs[0][i])) for i in range(n))
     if kwarg_mbs is not None:
         keys = set(kwarg_mbs[0])
         if any(set(x) != keys for x in kwarg_mbs):
             raise _bad("kwarg_mbs: micro-batches have different keys")
         kwargs = {k: _join([x[k] for x in kwarg_mbs], f"kwarg_mbs[*][{k!r}]",
-                           kwarg_dims.get(k, "default") if kwarg_dims is not None
-                           else "default") for k in sorted(keys)}
+                           kwarg_dims[k] if kwarg_dims is not None and k in kwarg_dims
+                           else default_dim(kwarg_mbs[0][k])) for k in sorted(keys)}
     if target_mbs is not None:
-        target = _join(list(target_mbs), "target_mbs")
+        target = _join(list(target_mbs), "target_mbs", default_dim(target_mbs[0]))
     return args, kwargs, target

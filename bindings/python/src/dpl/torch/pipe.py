@@ -56,8 +56,6 @@ class Pipe:
 
     def __init__(self, torch_pipe: Any):
         self._pipe = torch_pipe
-        self.split_gm = torch_pipe.split_gm
-        self.num_stages: int = torch_pipe.num_stages
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         return self._pipe(*args, **kwargs)
@@ -81,8 +79,7 @@ class Pipe:
         that stage's module; ``group`` is accepted for PyTorch's signature
         and ignored. Raises InvalidArgument naming a bad index, or a split
         dpl cannot run (see :func:`build_stage`)."""
-        if not isinstance(stage_index, int) or not 0 <= stage_index < self.num_stages:
-            raise _bad(f"stage_index must be in [0, {self.num_stages}) (got {stage_index!r})")
+        _check_index(stage_index, self.num_stages)   # before PyTorch's lookup raises its own
         return build_stage(self.get_stage_module(stage_index), stage_index, self.info(),
                            device, group)
 
@@ -97,14 +94,17 @@ def build_stage(stage_module: torch.nn.Module, stage_index: int, pipe_info: Any,
     the model's output uses a value made before the last stage, or a later
     stage uses a model input that is not a top-level argument of the
     first stage's forward."""
-    graph = pipe_info.graph
     num_stages = pipe_info.num_stages
-    if not isinstance(stage_index, int) or not 0 <= stage_index < num_stages:
-        raise _bad(f"stage_index must be in [0, {num_stages}) (got {stage_index!r})")
-    plan = _Plan(graph, num_stages)
+    _check_index(stage_index, num_stages)
+    plan = _Plan(pipe_info.graph, num_stages)
     st = PipelineStage(stage_module, stage_index, num_stages, device, group=group)
     st.set_call(_Carry(stage_module, plan, stage_index))
     return st
+
+
+def _check_index(stage_index: Any, num_stages: int) -> None:
+    if not isinstance(stage_index, int) or not 0 <= stage_index < num_stages:
+        raise _bad(f"stage_index must be in [0, {num_stages}) (got {stage_index!r})")
 
 
 class _Plan:
@@ -143,7 +143,6 @@ class _Plan:
                     else f"at stage {m}"
                 raise _bad(f"the model's output uses {v.name}, made {where}; dpl.torch "
                            f"returns what the last stage ({num_stages - 1}) returns")
-        self.made = made
         # carried[s]: the values stage s hands stage s + 1, in graph order
         self.carried = [sorted((v for v, m in made.items() if m <= s and last_use.get(v, -1) > s),
                                key=order.__getitem__) for s in range(num_stages - 1)]

@@ -117,20 +117,18 @@ class PipelineStage:
         self.in_meta, self.out_meta = in_meta, out_meta
 
     def infer_output(self, in_meta: Layout | None, sample_args: tuple, sample_kwargs: dict,
-                     dims: tuple | None = None) -> list[tuple]:
+                     dims: tuple) -> list[tuple]:
         """(per-sample shape, dtype) of each tensor of this stage's output,
         from output_args or by running the submodule on meta tensors
         (falling back to a real forward of zeros without grad, buffers
         restored). The first stage runs on one sample of ``sample_args``
         and ``sample_kwargs``, cut along ``dims`` (each input's cut
-        dimension, None for one given whole; default: tensors along 0).
+        dimension, None for one given whole: ``Chunking.cut``'s).
         Raises InvalidArgument when the output is not tensors."""
         if self._out_meta is not None:
             return self._out_meta
         if self.is_first:
-            ad, kd = dims if dims is not None else (
-                [0 if torch.is_tensor(a) else None for a in sample_args],
-                {k: 0 if torch.is_tensor(v) else None for k, v in sample_kwargs.items()})
+            ad, kd = dims
             args = tuple(_one(a, d) for a, d in zip(sample_args, ad))
             kwargs = {k: _one(v, kd[k]) for k, v in sample_kwargs.items()}
             cut = (ad, kd)
