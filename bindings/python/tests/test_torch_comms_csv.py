@@ -9,7 +9,9 @@ The parity test's training script then runs every file through
 ``_load_csv(path, format="compute_comms")`` -- PyTorch's runtime, PyTorch's
 stages, no dpl in the rank processes -- and must train to the parameters
 and losses of the unsplit model (relative 1e-5), as PyTorch's own classes
-do in test_torch_parity.py.
+do in test_torch_parity.py. The same script with dpl.torch's import line
+runs the same files through dpl.torch's ``_PipelineScheduleRuntime`` and
+must train to the same parameters.
 """
 
 from __future__ import annotations
@@ -20,7 +22,8 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("torch.distributed.pipelining.schedules")
 
 from dpl.schedule import schedule  # noqa: E402
-from test_torch_parity import (NAMES, RANKS, TOL, TORCH_IMPORT, TWO_PER_RANK,  # noqa: E402
+from test_torch_parity import (DPL_IMPORT, NAMES, RANKS, TOL, TORCH_IMPORT,  # noqa: E402
+                               TWO_PER_RANK,
                                _launch, _model_namespace, _reference, _worst)
 
 POLICY = {"ScheduleGPipe": "gpipe", "Schedule1F1B": "1f1b",
@@ -48,9 +51,10 @@ def _write_files(tmp) -> dict:
 def comms_run(tmp_path_factory) -> dict:
     tmp = tmp_path_factory.mktemp("comms_csv")
     texts = _write_files(tmp)
+    env = {"DPL_COMMS_CSV_DIR": str(tmp)}
     return {"texts": texts,
-            "runs": _launch(TORCH_IMPORT, NAMES, tmp, "torch-comms",
-                            {"DPL_COMMS_CSV_DIR": str(tmp)})}
+            "runs": _launch(TORCH_IMPORT, NAMES, tmp, "torch-comms", env),
+            "dpl": _launch(DPL_IMPORT, NAMES, tmp, "dpl-comms", env)}
 
 
 def test_files_hold_pytorchs_comms_kinds(comms_run):
@@ -72,3 +76,17 @@ def test_pytorch_runtime_trains_dpls_file(name, comms_run):
     assert worst <= TOL, f"PyTorch running dpl's {POLICY[name]} file vs one process: {worst:.3g}"
     flat = [v for it in got["losses"] for v in it]
     assert flat == pytest.approx([v for it in ref["losses"] for v in it], rel=TOL)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_dpl_runtime_trains_the_same_file_as_pytorchs(name, comms_run):
+    """The script's dpl.torch side: ``_PipelineScheduleRuntime`` and
+    ``_load_csv(path, format="compute_comms")`` from dpl.torch.schedules."""
+    got, theirs = comms_run["dpl"][name], comms_run["runs"][name]
+    assert "error" not in got, got.get("error")
+    assert "error" not in theirs, theirs.get("error")
+    n_stages = RANKS * (2 if name in TWO_PER_RANK else 1)
+    worst = max(_worst(got, theirs), _worst(got, _reference(n_stages)))
+    assert worst <= TOL, f"dpl.torch running dpl's {POLICY[name]} file: {worst:.3g}"
+    flat = [v for it in got["losses"] for v in it]
+    assert flat == pytest.approx([v for it in theirs["losses"] for v in it], rel=TOL)

@@ -39,8 +39,10 @@ _DPL_PATH = os.path.dirname(os.path.dirname(os.path.abspath(dpl.__file__)))
 _CLASSES = ("PipelineStage, ScheduleGPipe, Schedule1F1B, ScheduleInterleaved1F1B, "
             "ScheduleLoopedBFS, ScheduleInterleavedZeroBubble, ScheduleZBVZeroBubble, "
             "ScheduleDualPipeV, pipeline, SplitPoint")
-TORCH_IMPORT = f"from torch.distributed.pipelining import {_CLASSES}"
-DPL_IMPORT = f"from dpl.torch import {_CLASSES}"
+_BY_NAME = "get_schedule_class, PipelineScheduleMulti, _PipelineScheduleRuntime"
+TORCH_IMPORT = (f"from torch.distributed.pipelining import {_CLASSES}\n"
+                f"from torch.distributed.pipelining.schedules import {_BY_NAME}")
+DPL_IMPORT = f"from dpl.torch import {_CLASSES}\nfrom dpl.torch.schedules import {_BY_NAME}"
 # classes that hold two stages per rank; ZBV and DualPipeV in a V (rank r:
 # r and 2P-1-r)
 TWO_PER_RANK = ("ScheduleInterleaved1F1B", "ScheduleLoopedBFS",
@@ -171,6 +173,7 @@ def eval_batch():
 '''
 
 SCRIPT = '''
+import contextlib
 import datetime
 import os
 import sys
@@ -178,12 +181,15 @@ import traceback
 
 import torch
 import torch.distributed as dist
-{IMPORT}  # IMPORT: the only line that differs
+{IMPORT}  # IMPORT: the only lines that differ
 {MODEL}
 
 def train(name, rank, world):
     name, _, variant = name.partition(":")
-    per_rank = 2 if name in {TWO} else 1
+    # the class by its name, and its stages per rank by its base, as
+    # trainers that take the schedule from their configuration do
+    cls = get_schedule_class(name.removeprefix("Schedule"))
+    per_rank = 2 if issubclass(cls, PipelineScheduleMulti) else 1
     n_stages = world * per_rank
     mine = [rank + k * world for k in range(per_rank)]
     if name in ("ScheduleZBVZeroBubble", "ScheduleDualPipeV"):
@@ -197,15 +203,21 @@ def train(name, rank, world):
     else:
         parts = build_parts(n_stages, variant == "tuples")
         stages = [PipelineStage(parts[s], s, n_stages, torch.device("cpu")) for s in mine]
-    cls = {{"ScheduleGPipe": ScheduleGPipe, "Schedule1F1B": Schedule1F1B,
-           "ScheduleInterleaved1F1B": ScheduleInterleaved1F1B,
-           "ScheduleLoopedBFS": ScheduleLoopedBFS,
-           "ScheduleInterleavedZeroBubble": ScheduleInterleavedZeroBubble,
-           "ScheduleZBVZeroBubble": ScheduleZBVZeroBubble,
-           "ScheduleDualPipeV": ScheduleDualPipeV}}[name]
+    seen = {{s: [] for s in mine}}
+    if variant == "context":   # each forward's PipelineStageInfo, in order
+
+        def recorder(s):
+            @contextlib.contextmanager
+            def ctx(info):
+                seen[s].append((info.stage_index, info.microbatch_index,
+                                info.is_metadata_inference))
+                yield
+            return ctx
+
+        for s, st in zip(mine, stages):
+            st.register_forward_context(recorder(s))
     csv_dir = os.environ.get("DPL_COMMS_CSV_DIR")  # test_torch_comms_csv.py
     if csv_dir:
-        from torch.distributed.pipelining.schedules import _PipelineScheduleRuntime
         sched = _PipelineScheduleRuntime(stages, MICROBATCHES,
                                          loss_fn=torch.nn.MSELoss())
         sched._load_csv(os.path.join(csv_dir, name + ".csv"), format="compute_comms")
@@ -229,7 +241,7 @@ def train(name, rank, world):
         all_losses.append([float(l) for l in losses])
     result = {{"params": {{s: [p.detach().clone() for p in parts[s].parameters()]
                           for s in mine}},
-              "losses": all_losses}}
+              "losses": all_losses, "contexts": seen}}
     if not csv_dir and not variant and name in {EVAL}:  # eval of the trained model
         xe, ye = eval_batch()
         ev_losses = []
@@ -277,7 +289,7 @@ def _launch(import_line: str, names: list[str], tmp_path, tag: str,
     {"params": {stage: tensors}, "losses": ...} or {"error": text}}.
     Bounded by LAUNCH_TIMEOUT; stragglers are killed."""
     script = tmp_path / f"train_{tag}.py"
-    script.write_text(SCRIPT.format(IMPORT=import_line, MODEL=MODEL, TWO=repr(TWO_PER_RANK),
+    script.write_text(SCRIPT.format(IMPORT=import_line, MODEL=MODEL,
                                     EVAL=repr(EVAL_NAMES)))
     port = str(free_port(2))  # torch's store, and dpl's MASTER_PORT + 1
     procs, outs, logs = [], [], []
@@ -324,6 +336,7 @@ def _launch(import_line: str, names: list[str], tmp_path, tag: str,
                 merged[n] = {"error": f"{tag}: rank {r}:\n{d['error']}\n{report}"}
             elif "error" not in merged[n]:
                 merged[n]["params"].update(d["params"])
+                merged[n].setdefault("contexts", {}).update(d["contexts"])
                 ev = d.get("eval")
                 if ev is not None and ev["out"] is not None:
                     merged[n]["eval"] = ev
@@ -346,13 +359,17 @@ TUPLE_NAMES = ["ScheduleGPipe:tuples", "Schedule1F1B:tuples", "ScheduleInterleav
 # connection ("only supports adjacent-stage communication"), which
 # dpl.torch runs (test_torch_pipe.py)
 TRACED_NAMES = ["ScheduleGPipe:traced", "Schedule1F1B:traced"]
+# the same script with a forward context on every stage (PyTorch 2.15's
+# register_forward_context) that records each forward's PipelineStageInfo
+CONTEXT_NAMES = ["ScheduleGPipe:context", "Schedule1F1B:context",
+                 "ScheduleInterleaved1F1B:context"]
 
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory) -> dict:
     """Both sides, every schedule: one launch per side."""
     tmp = tmp_path_factory.mktemp("parity")
-    names = NAMES + TUPLE_NAMES + TRACED_NAMES
+    names = NAMES + TUPLE_NAMES + TRACED_NAMES + CONTEXT_NAMES
     return {"torch": _launch(TORCH_IMPORT, names, tmp, "torch"),
             "dpl": _launch(DPL_IMPORT, names, tmp, "dpl")}
 
@@ -418,7 +435,7 @@ def _worst(got: dict, want: dict) -> float:
     return worst
 
 
-@pytest.mark.parametrize("name", NAMES + TUPLE_NAMES + TRACED_NAMES)
+@pytest.mark.parametrize("name", NAMES + TUPLE_NAMES + TRACED_NAMES + CONTEXT_NAMES)
 def test_same_script_same_parameters(name, runs):
     n_stages = _stages_of(name)
     variant = name.partition(":")[2]
@@ -447,6 +464,28 @@ def test_same_script_same_parameters(name, runs):
     flat = [v for it in dp["losses"] for v in it]
     assert flat == pytest.approx([v for it in pt["losses"] for v in it], rel=TOL)
     assert flat == pytest.approx([v for it in ref["losses"] for v in it], rel=TOL)
+
+
+@pytest.mark.parametrize("name", CONTEXT_NAMES)
+def test_same_script_same_forward_contexts(name, runs):
+    """Each stage's forwards ran inside its context with the same stage and
+    micro-batch indices, in the same order, on both sides. Set-up forwards
+    that infer shapes (is_metadata_inference) are each runtime's own: at
+    most one per stage, on micro-batch 0."""
+    n_stages = _stages_of(name)
+    ns = _model_namespace()
+    M, iters = ns["MICROBATCHES"], ns["ITERS"]
+    pt, dp = runs["torch"][name], runs["dpl"][name]
+    assert "error" not in pt, pt.get("error")
+    assert "error" not in dp, dp.get("error")
+    for side in (pt, dp):
+        assert sorted(side["contexts"]) == list(range(n_stages))
+        for s, seen in side["contexts"].items():
+            probes = [x for x in seen if x[2]]
+            assert probes in ([], [(s, 0, True)])
+            assert [x for x in seen if not x[2]] == [(s, j, False) for j in range(M)] * iters
+    assert {s: [x for x in v if not x[2]] for s, v in dp["contexts"].items()} == \
+        {s: [x for x in v if not x[2]] for s, v in pt["contexts"].items()}
 
 
 @pytest.mark.parametrize("name", EVAL_NAMES)

@@ -4,13 +4,17 @@ Change ``from torch.distributed.pipelining import PipelineStage,
 Schedule1F1B`` to ``from dpl.torch import PipelineStage, Schedule1F1B`` and
 the script runs on dpl's runner. Scripts that trace and split their model
 with ``pipeline(...)`` and ``pipe.build_stage(...)`` change the same line.
+The submodules keep PyTorch's names: ``dpl.torch.schedules``
+(``get_schedule_class``, ``PipelineScheduleSingle``/``Multi``),
+``dpl.torch.stage`` and ``dpl.torch.microbatch``.
 """
 
-from .schedules import (Schedule1F1B, ScheduleDAPPLE, ScheduleGPipe,  # noqa: F401
+from .schedules import (PipelineScheduleMulti, PipelineScheduleSingle,  # noqa: F401
+                        Schedule1F1B, ScheduleDAPPLE, ScheduleGPipe,
                         ScheduleInterleaved1F1B, ScheduleInterleavedZeroBubble,
                         ScheduleDualPipeV, ScheduleLoopedBFS, ScheduleZBVZeroBubble,
-                        stage_of)
-from .stage import PipelineStage  # noqa: F401
+                        get_schedule_class, stage_of)
+from .stage import PipelineStage, PipelineStageInfo  # noqa: F401
 from .plan import from_plan  # noqa: F401
 from .profile import profile  # noqa: F401
 

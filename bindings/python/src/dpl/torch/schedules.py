@@ -1,7 +1,9 @@
 """dpl.torch's schedule classes: the API of ``torch.distributed.pipelining``
-(``ScheduleGPipe``, ``Schedule1F1B``, ``ScheduleInterleaved1F1B``) on dpl's
-runner, and ``ScheduleDAPPLE`` for what PyTorch lacks (uneven per-stage
-replication, every dpl policy, any micro-batch count the policy accepts).
+(``ScheduleGPipe``, ``Schedule1F1B``, ``ScheduleInterleaved1F1B``, ...,
+their bases ``PipelineScheduleSingle`` and ``PipelineScheduleMulti``, and
+``get_schedule_class``) on dpl's runner, and ``ScheduleDAPPLE`` for what
+PyTorch lacks (uneven per-stage replication, every dpl policy, any
+micro-batch count the policy accepts).
 
 ``step(*args, target=None, losses=None, ...)`` and ``eval(...)`` have
 PyTorch's semantics (pre-split ``arg_mbs``/``kwarg_mbs``/``target_mbs``,
@@ -34,11 +36,11 @@ from typing import Any, Callable, Sequence
 import torch
 
 from .. import errors, world as dpl_world
-from ..runner import Runner, dtype_code, split
-from ..schedule import schedule as build_schedule
-from . import _autograd
-from ._boundary import Layout, as_tuple, kept_output
-from ._chunks import REPLICATE, Chunking
+from ..runner import Runner
+from ..schedule import Schedule, schedule as build_schedule
+from ._boundary import Layout
+from ._callbacks import _Callbacks
+from ._chunks import Chunking
 from ._inputs import join_microbatches
 from .stage import PipelineStage, _bad, split_replicas
 
@@ -49,7 +51,7 @@ _CHUNKS = {"interleaved": 1, "looped-bfs": 1, "interleaved-zb": 1, "zbv": 2, "du
 
 
 class _PipelineSchedule:
-    _policy = "1f1b"
+    _policy: str | None = "1f1b"
 
     def __init__(self, stages: PipelineStage | Sequence[PipelineStage], n_microbatches: int,
                  loss_fn: Callable | None = None, args_chunk_spec: Any = None,
@@ -79,6 +81,7 @@ class _PipelineSchedule:
         self._world = world or st[0].world
         self._options = policy_options
         self._runner: Runner | None = None
+        self._loaded: Schedule | None = None   # PipelineScheduleMulti._load_csv's
         self._reduce = False
         self._batch: int | None = None
         self._failed: BaseException | None = None
@@ -215,10 +218,8 @@ class _PipelineSchedule:
         w = self._world if self._world is not None else dpl_world.current(timeout=self._timeout)
         self._world = w
         S = next(iter(self._stages.values())).num_stages
-        V = len(self._stages)
-        if S % V:
-            raise _bad(f"{S} stages do not split into {V} stages per rank")
-        P = S // V
+        sched = self._loaded if self._loaded is not None else self._build(S)
+        P = sched.ranks
         reps = self._replicas or [1] * P
         if len(reps) != P:
             raise _bad(f"replicas has {len(reps)} values for {P} pipeline ranks")
@@ -230,21 +231,11 @@ class _PipelineSchedule:
         # buffers before the backward (else autograd makes them, as in torch)
         self._reduce = reps[prank] > 1
         M = self._n_microbatches
-        opts = dict(self._options)
-        kind = _CHUNKS.get(self._policy_name, 0)
-        if V > 1 and kind == 0:
-            raise _bad(f"policy {self._policy_name} runs one stage per rank; this rank was "
-                       f"given {V} (stages {sorted(self._stages)})")
-        if kind == 2 and V != 2:
-            raise _bad(f"policy {self._policy_name} runs exactly two stages per rank "
-                       f"(rank r holds stages r and 2P-1-r); this rank was given {V}")
-        if kind == 1:
-            opts.setdefault("chunks", V)
-        sched = build_schedule(self._policy_name, P if kind else S, M, **opts).lower()
         mine = sorted(s for s in range(S) if sched.stage_rank(s) == prank)
         if mine != sorted(self._stages):
             raise _bad(f"rank {w.rank} (pipeline rank {prank}) runs stages {mine} under "
-                       f"{self._policy_name}; it was given stages {sorted(self._stages)}")
+                       f"{self._policy_name or 'the loaded CSV'}; it was given stages "
+                       f"{sorted(self._stages)}")
         base = [sum(reps[:p]) for p in range(P)]
         metas: list[tuple | None] = [None] * S
         for s in range(S):
@@ -284,6 +275,27 @@ class _PipelineSchedule:
                               replicas=reps, rank=w.rank, transport=self._transport,
                               timeout=self._timeout, name="dpl.torch")
 
+    def _build(self, S: int) -> Schedule:
+        """The lowered schedule of the policy for ``S`` stages, this
+        rank's stages ``V`` to a rank."""
+        V = len(self._stages)
+        if self._policy_name is None:
+            raise _bad(f"{type(self).__name__} names no schedule: pass policy= (a dpl policy) "
+                       "or load one with _load_csv(path) before the first step")
+        if S % V:
+            raise _bad(f"{S} stages do not split into {V} stages per rank")
+        opts = dict(self._options)
+        kind = _CHUNKS.get(self._policy_name, 0)
+        if V > 1 and kind == 0:
+            raise _bad(f"policy {self._policy_name} runs one stage per rank; this rank was "
+                       f"given {V} (stages {sorted(self._stages)})")
+        if kind == 2 and V != 2:
+            raise _bad(f"policy {self._policy_name} runs exactly two stages per rank "
+                       f"(rank r holds stages r and 2P-1-r); this rank was given {V}")
+        if kind == 1:
+            opts.setdefault("chunks", V)
+        return build_schedule(self._policy_name, S // V, self._n_microbatches, **opts).lower()
+
     def close(self) -> None:
         """Free the runner and close the transport (idempotent)."""
         if self._runner is not None:
@@ -306,248 +318,126 @@ class _PipelineSchedule:
         return self._runner
 
 
-class _Callbacks:
-    """The runner's stage callbacks over this rank's PipelineStages."""
-
-    def __init__(self, sch: _PipelineSchedule, replicas: int, replica: int):
-        self.s = sch
-        self.M = sch._n_microbatches
-        # samples of each micro-batch and this replica's range of it
-        # (<dpl/runner.h>: micro-batch j is split(batch, M, j), replica r of
-        # R the r-th of R sub-ranges of it), and where each range starts
-        # among the cuts
-        self.sizes: list[int] = []
-        self.ranges: list[tuple[int, int]] = []
-        for j in range(self.M):
-            b, e = split(sch._batch, self.M, j)
-            self.sizes.append(e - b)
-            if replicas > 1:
-                rb, re = split(e - b, replicas, replica)
-                b, e = b + rb, b + re
-            self.ranges.append((b, e))
-        cuts = sorted({x for r in self.ranges for x in r} - {0, sch._batch})
-        at = {0: 0, **{c: i + 1 for i, c in enumerate(cuts)}}
-        self.cuts = cuts
-        self.piece = [at.get(b, 0) for b, _ in self.ranges]   # empty ones: never called
-        self.split_args: tuple | None = None    # this step's inputs, split
-        self.split_target: tuple | None = None
-
-    def new_step(self) -> None:
-        """Forget the last step's split inputs and target."""
-        self.split_args = self.split_target = None
-
-    def _split(self, t: Any, dim: int | None = 0) -> Any:
-        # the whole batch cut once per step (one call, like PyTorch's
-        # split into micro-batches), not sliced once per callback
-        return t.tensor_split(self.cuts, dim) if dim is not REPLICATE and torch.is_tensor(t) \
-            else None
-
-    def _take(self, a, t: Any, pieces: Any, dim: int | None = 0) -> Any:
-        if pieces is None:
-            return t
-        j = a.microbatch
-        if self.ranges[j][0] != a.begin or self.ranges[j][1] != a.end:
-            # never, by <dpl/runner.h>'s contract
-            return t.narrow(dim, a.begin, a.end - a.begin)
-        return pieces[self.piece[j]]
-
-    def _inputs(self, st: PipelineStage, a) -> tuple:
-        n = a.end - a.begin
-        if st.is_first:
-            sp = self.split_args
-            ad, kd = self.s._dims
-            if sp is None:
-                sp = self.split_args = (
-                    [self._split(t, d) for t, d in zip(self.s._args, ad)],
-                    {k: self._split(v, kd[k]) for k, v in self.s._kwargs.items()})
-            args = tuple([self._take(a, t, p, d) for t, p, d in zip(self.s._args, sp[0], ad)])
-            kw = {k: self._take(a, v, sp[1][k], kd[k]) for k, v in self.s._kwargs.items()} \
-                if self.s._kwargs else {}
-            return args, kw, None
-        lay = st.in_meta
-        if lay.single:   # the fast path (a call of this is some tenths of a us dearer)
-            shape, dtype = lay.metas[0]
-            v = a.tensor("input", dtype, (n, *shape))
-            vs = (v,) if not self.s._train else \
-                (v.detach().requires_grad_(lay.grad_mask[0]),)
-            return vs, {}, vs
-        vs = lay.views(a, "input", n)
-        if not self.s._train:   # a forward-only pass: the views, no graph
-            return vs, {}, vs
-        inp = tuple([v.detach().requires_grad_(g) for v, g in zip(vs, lay.grad_mask)])
-        return inp, {}, inp
-
-    def forward(self, a) -> None:
-        st = self.s._stages[a.stage]
-        train = self.s._train
-        args, kw, inp = self._inputs(st, a)
-        out = st.fn(*args, **kw)
-        if st.is_last:
-            loss = None
-            if self.s._loss_fn is not None and self.s._target is not None:
-                tgt = self.split_target
-                if tgt is None:
-                    tgt = self.split_target = self._split(self.s._target)
-                tgt = self._take(a, self.s._target, tgt) if tgt is not None \
-                    else self.s._target[a.begin:a.end]
-                loss = self.s._loss_fn(out, tgt, **self.s._loss_kwargs)
-                w = self._share(a)
-                if w != 1.0:
-                    loss = loss * w
-                self.s._losses[a.microbatch] = loss.detach()
-            if self.s._keep_outputs:
-                if train or inp is None:
-                    o = out.detach() if type(out) is torch.Tensor else kept_output(out, None)
-                else:   # dpl's input buffer is reused once this returns: an
-                    # output of a pass that is a view of it is cloned
-                    o = kept_output(out, inp[0].untyped_storage().data_ptr())
-                self.s._outputs.setdefault(a.microbatch, []).append(o)
-            if train:
-                st.state[a.microbatch] = (inp, loss, None)
-            return
-        lay = st.out_meta
-        n = a.end - a.begin
-        if lay.single and type(out) is torch.Tensor:
-            outs = (out,)
-            shape, dtype = lay.metas[0]
-            if out.dtype != dtype or out.shape != (n, *shape):
-                lay.check(outs, a.stage, a.microbatch, n)   # raises, naming them
-            a.tensor("output", dtype, out.shape).copy_(out.detach())
-        else:
-            outs = as_tuple(out)
-            lay.check(outs, a.stage, a.microbatch, n)
-            for dst, t in zip(lay.views(a, "output", n), outs):
-                dst.copy_(t.detach())
-        if train:
-            st.state[a.microbatch] = (inp, outs, None)
-
-    def _share(self, a) -> float:
-        n = a.end - a.begin
-        full = self.sizes[a.microbatch]
-        return 1.0 if n == full else n / full
-
-    def _roots(self, st: PipelineStage, a, out) -> tuple[tuple, tuple]:
-        """The tensors to differentiate (the loss on the last stage, else
-        the outputs that require grad) and their gradients (None for the
-        loss, else views of dpl's grad_output buffer)."""
-        if st.is_last:
-            return (out,), (None,)
-        gs = st.out_meta.views(a, "grad_output", a.end - a.begin)
-        if len(out) == 1:
-            return (out, gs) if out[0].requires_grad else ((), ())
-        keep = [i for i, t in enumerate(out) if t.requires_grad]
-        return tuple(out[i] for i in keep), tuple(gs[i] for i in keep)
-
-    def _put_grad_input(self, st: PipelineStage, a, grads: Sequence) -> None:
-        if st.is_first:
-            return
-        lay = st.in_meta
-        if lay.single:   # the fast path (the loop below costs about 1 us more)
-            shape, dtype = lay.metas[0]
-            dst = a.tensor("grad_input", dtype, (a.end - a.begin, *shape))
-            g = grads[0]
-            if g is None:
-                dst.zero_()
-            else:
-                dst.copy_(g)
-            return
-        for dst, g in zip(lay.views(a, "grad_input", a.end - a.begin), grads):
-            if g is None:
-                dst.zero_()
-            else:
-                dst.copy_(g)
-
-    def backward(self, a) -> None:
-        st = self.s._stages[a.stage]
-        inp, out, _ = st.state.pop(a.microbatch)
-        roots, gs = self._roots(st, a, out)
-        if roots:
-            _autograd.backward(roots, gs)
-        if inp is not None:
-            self._put_grad_input(st, a, (inp[0].grad,) if len(inp) == 1 else
-                                 [t.grad for t in inp])
-
-    def backward_input(self, a) -> None:
-        st = self.s._stages[a.stage]
-        inp, out, _ = st.state[a.microbatch]
-        if inp is None:
-            return
-        roots, gs = self._roots(st, a, out)
-        need = [i for i, t in enumerate(inp) if t.requires_grad]
-        got: list = [None] * len(inp)
-        if roots and need:
-            for i, g in zip(need, _autograd.grad(roots, [inp[i] for i in need], gs, True)):
-                got[i] = g
-        self._put_grad_input(st, a, got)
-
-    def backward_weight(self, a) -> None:
-        st = self.s._stages[a.stage]
-        inp, out, _ = st.state.pop(a.microbatch)
-        params = st.params()
-        roots, g = self._roots(st, a, out)
-        if not params or not roots:
-            return
-        gs = _autograd.grad(roots, params, g, False)
-        with torch.no_grad():
-            for p, gp in zip(params, gs):
-                if gp is None:
-                    continue
-                if p.grad is None:
-                    p.grad = gp
-                else:
-                    p.grad.add_(gp)
-
-    def grads(self, stage: int):
-        if not self.s._reduce:
-            return []
-        return [(p.grad.data_ptr(), p.grad.numel(), dtype_code(p.grad.dtype))
-                for p in self.s._stages[stage].params()]
-
-    def step(self, stage: int, iteration: int) -> None:
-        if self.s._scale_grads and self.M > 1:
-            with torch.no_grad():
-                for p in self.s._stages[stage].params():
-                    if p.grad is not None:
-                        p.grad.div_(self.M)
+class PipelineScheduleSingle(_PipelineSchedule):
+    """The schedules that run one stage per rank (PyTorch's
+    ``PipelineScheduleSingle``): the base of :class:`ScheduleGPipe` and
+    :class:`Schedule1F1B`. Built directly, it runs the dpl policy named by
+    ``policy=``."""
+    _policy = None
 
 
-class ScheduleGPipe(_PipelineSchedule):
+class PipelineScheduleMulti(_PipelineSchedule):
+    """The schedules that run several stages per rank (PyTorch's
+    ``PipelineScheduleMulti``): the base of the interleaved, looped,
+    zero-bubble and V schedules. Built directly, it runs the dpl policy
+    named by ``policy=`` or the schedule :meth:`_load_csv` reads."""
+    _policy = None
+
+    def _load_csv(self, filename: Any, format: str = "compute_only") -> None:  # noqa: A002
+        """Run the schedule in PyTorch's CSV file ``filename`` instead of
+        the class's (PyTorch's ``_load_csv``): one line per pipeline rank,
+        PyTorch's action strings; ``format`` "compute_only" (F, B, I, W;
+        dpl adds the sends and receives) or "compute_comms" (with SEND_F,
+        RECV_F, ...; run as written). Call it before the first step, with
+        the same file on every rank. Raises InvalidArgument naming a bad
+        ``format``, a file that is not such a schedule (the action and line
+        at fault), one of another kind than ``format`` says, or one whose
+        stages or micro-batches differ from this schedule's; OSError when
+        the file cannot be read."""
+        if format not in ("compute_only", "compute_comms"):
+            raise _bad(f"_load_csv: format must be 'compute_only' or 'compute_comms' "
+                       f"(got {format!r})")
+        if self._runner is not None:
+            raise _bad("_load_csv: the schedule has stepped already; load before the first step")
+        with open(filename, "rb") as f:
+            sched = Schedule.from_csv(f.read())
+        comms = format == "compute_comms"
+        if sched.lowered != comms:
+            sched.close()
+            raise _bad(f"_load_csv: {filename} " + ("has no SEND/RECV actions; load it as "
+                       "'compute_only'" if comms else "holds SEND/RECV actions; load it as "
+                       "'compute_comms'"))
+        S = next(iter(self._stages.values())).num_stages
+        if sched.stages != S or sched.microbatches != self._n_microbatches:
+            got = (sched.stages, sched.microbatches)
+            sched.close()
+            raise _bad(f"_load_csv: {filename} schedules {got[0]} stages and {got[1]} "
+                       f"micro-batches; this schedule has {S} stages and "
+                       f"{self._n_microbatches} micro-batches")
+        if not comms:
+            low = sched.lower()
+            sched.close()
+            sched = low
+        sched.validate()
+        if self._loaded is not None:
+            self._loaded.close()
+        self._loaded = sched
+
+
+class _PipelineScheduleRuntime(PipelineScheduleMulti):
+    """PyTorch's ``_PipelineScheduleRuntime``, the class scripts build to
+    run a CSV file (``_load_csv``) and the base of its classes with several
+    stages per rank: here :class:`PipelineScheduleMulti` under that name,
+    so that those scripts and their ``issubclass`` tests run unchanged."""
+
+
+_SCHEDULES: dict[str, type] = {}
+
+
+def get_schedule_class(schedule_name: str) -> type:
+    """The schedule class of a name, any case (PyTorch's
+    ``get_schedule_class``): "1F1B", "Interleaved1F1B", "GPipe",
+    "LoopedBFS", "InterleavedZeroBubble", "PipelineScheduleSingle",
+    "PipelineScheduleMulti", "ZBVZeroBubble", "DualPipeV", and dpl's
+    "DAPPLE". Raises InvalidArgument (a ValueError, as PyTorch's) naming
+    the name and the valid ones."""
+    if not isinstance(schedule_name, str):
+        raise _bad(f"schedule_name must be a str (got {type(schedule_name).__name__})")
+    cls = _SCHEDULES.get(schedule_name.lower())
+    if cls is None:
+        names = [c.__name__.removeprefix("Schedule") if c.__name__.startswith("Schedule")
+                 else c.__name__ for c in _SCHEDULES.values()]
+        raise _bad(f"unknown schedule name {schedule_name!r}; the valid names are {names}")
+    return cls
+
+
+class ScheduleGPipe(PipelineScheduleSingle):
     """All forwards, then all backwards (``torch.distributed.pipelining.ScheduleGPipe``)."""
     _policy = "gpipe"
 
 
-class Schedule1F1B(_PipelineSchedule):
+class Schedule1F1B(PipelineScheduleSingle):
     """One forward one backward, DAPPLE's early backward (``Schedule1F1B``)."""
     _policy = "1f1b"
 
 
-class ScheduleInterleaved1F1B(_PipelineSchedule):
+class ScheduleInterleaved1F1B(_PipelineScheduleRuntime):
     """Interleaved 1F1B over several stages per rank (``ScheduleInterleaved1F1B``):
     rank r holds stages r, r + P, r + 2P, ..."""
     _policy = "interleaved"
 
 
-class ScheduleLoopedBFS(_PipelineSchedule):
+class ScheduleLoopedBFS(_PipelineScheduleRuntime):
     """Breadth-first over several stages per rank (``ScheduleLoopedBFS``):
     every forward of a rank's first stage, then its next, ...; rank r holds
     stages r, r + P, ..."""
     _policy = "looped-bfs"
 
 
-class ScheduleInterleavedZeroBubble(_PipelineSchedule):
+class ScheduleInterleavedZeroBubble(_PipelineScheduleRuntime):
     """Interleaved 1F1B with the backward split into input and weight
     gradients (``ScheduleInterleavedZeroBubble``, ZB1P); rank r holds
     stages r, r + P, ..."""
     _policy = "interleaved-zb"
 
 
-class ScheduleZBVZeroBubble(_PipelineSchedule):
+class ScheduleZBVZeroBubble(_PipelineScheduleRuntime):
     """Zero-bubble V (``ScheduleZBVZeroBubble``): two stages per rank, rank
     r holding stages r and 2P - 1 - r, backward split into I and W."""
     _policy = "zbv"
 
 
-class ScheduleDualPipeV(_PipelineSchedule):
+class ScheduleDualPipeV(_PipelineScheduleRuntime):
     """DualPipeV (``ScheduleDualPipeV``): two stages per rank, rank r
     holding stages r and 2P - 1 - r, a forward of one paired with the full
     backward of the other through the steady state, I/W split in the
@@ -568,6 +458,12 @@ class ScheduleDAPPLE(_PipelineSchedule):
                  policy: str = "1f1b", scale_grads: bool = True, **kw: Any):
         super().__init__(stage, n_microbatches, loss_fn, scale_grads=scale_grads,
                          policy=policy, replicas=replicas, **kw)
+
+
+for _c in (Schedule1F1B, ScheduleInterleaved1F1B, ScheduleGPipe, ScheduleLoopedBFS,
+           ScheduleInterleavedZeroBubble, PipelineScheduleSingle, PipelineScheduleMulti,
+           ScheduleZBVZeroBubble, ScheduleDualPipeV, ScheduleDAPPLE):
+    _SCHEDULES[_c.__name__.removeprefix("Schedule").lower()] = _c
 
 
 def stage_of(rank: int, replicas: Sequence[int]) -> tuple[int, int]:

@@ -13,11 +13,36 @@ takes any positional and keyword arguments.
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import Any, Callable, Sequence
 
 import torch
+from torch.utils.hooks import RemovableHandle
 
 from ._boundary import Layout, _bad, meta_of_output, metas_of_example
+
+__all__ = ["PipelineStage", "PipelineStageInfo", "build_stage"]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PipelineStageInfo:
+    """Which forward of a stage a forward context wraps (PyTorch's
+    ``PipelineStageInfo``): the global ``stage_index``, the
+    ``microbatch_index`` within the step, and ``is_metadata_inference``,
+    True for the one forward dpl.torch runs at set-up to learn the shapes
+    of a stage's output (micro-batch 0). Holds no tensors."""
+
+    stage_index: int
+    microbatch_index: int
+    is_metadata_inference: bool = False
+
+
+def __getattr__(name: str):
+    if name == "build_stage":   # the tracing frontend loads torch.distributed
+        from .pipe import build_stage
+        return build_stage
+    raise AttributeError(f"module 'dpl.torch.stage' has no attribute {name!r}")
 
 
 class PipelineStage:
@@ -76,6 +101,51 @@ class PipelineStage:
         self.out_meta: Layout | None = None
         self._params: list[torch.nn.Parameter] | None = None
         self.state: dict[int, tuple] = {}   # micro-batch -> autograd state
+        # a RemovableHandle's dict (an OrderedDict can be weakly referenced)
+        self._contexts: OrderedDict[int, Callable] = OrderedDict()
+
+    def register_forward_context(
+            self, context_factory: Callable[[PipelineStageInfo], Any]) -> RemovableHandle:
+        """Run this stage's forwards inside ``context_factory(info)``, a
+        fresh context manager per forward, ``info`` a
+        :class:`PipelineStageInfo` (PyTorch's ``register_forward_context``).
+        It wraps every forward a step or eval runs, and the set-up forward
+        that infers the output's shapes (``is_metadata_inference=True``;
+        none runs when ``output_args`` were given, nor on the last stage).
+        Backward passes run outside it. Returns a handle whose
+        ``remove()`` unregisters it. Raises RuntimeError (PyTorch's) when
+        a context is registered already, and when a context swallows an
+        exception of the forward (a context must not suppress them)."""
+        if self._contexts:
+            raise RuntimeError(f"stage {self.stage_index}: a forward context is registered "
+                               "already; remove its handle before registering another")
+        if not callable(context_factory):
+            raise _bad(f"context_factory must be callable (got {type(context_factory).__name__})")
+        handle = RemovableHandle(self._contexts)
+        self._contexts[handle.id] = context_factory
+        return handle
+
+    def call_forward(self, microbatch: int, args: tuple, kwargs: dict) -> Any:
+        """Call the stage's module on ``args`` and ``kwargs``, inside the
+        registered forward context if any."""
+        if not self._contexts:
+            return self.fn(*args, **kwargs)
+        return self._in_context(microbatch, False, self.fn, args, kwargs)
+
+    def _in_context(self, microbatch: int, inference: bool, fn: Callable, args: tuple,
+                    kwargs: dict) -> Any:
+        factory = next(iter(self._contexts.values()))
+        done = False
+        with factory(PipelineStageInfo(stage_index=self.stage_index, microbatch_index=microbatch,
+                                       is_metadata_inference=inference)):
+            out = fn(*args, **kwargs)
+            done = True
+        if not done:   # PyTorch's contract
+            what = "the set-up forward" if inference else f"micro-batch {microbatch}'s forward"
+            raise RuntimeError(f"stage {self.stage_index}: the forward context suppressed an "
+                               f"exception of {what}; forward contexts must not suppress "
+                               "exceptions")
+        return out
 
     # parameters whose gradients dpl reduces, in a fixed order
     def params(self) -> list[torch.nn.Parameter]:
@@ -136,7 +206,11 @@ class PipelineStage:
             args = tuple(torch.zeros((1, *shape), dtype=dtype) for shape, dtype in in_meta.metas)
             kwargs = {}
             cut = ([0] * len(args), {})
-        return meta_of_output(_dry_forward(self.fn, args, kwargs, cut), self.stage_index)
+        if self._contexts:
+            out = self._in_context(0, True, _dry_forward, (self.fn, args, kwargs, cut), {})
+        else:
+            out = _dry_forward(self.fn, args, kwargs, cut)
+        return meta_of_output(out, self.stage_index)
 
 
 def _one(t: Any, dim: int | None) -> Any:
