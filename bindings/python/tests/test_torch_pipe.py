@@ -4,11 +4,13 @@ with ``SplitPoint``s or ``pipe_split()``, ``Pipe.build_stage`` and
 single-process training of the whole model on every kind of policy and
 layout. The model has what PyTorch 2.15's runtime refuses and dpl.torch
 hands on from stage to stage: a skip connection over every cut, and a
-model input (a mask) that every stage uses. Plus the errors."""
+model input (a mask) that every stage uses, or that only stages after the
+first use. Plus the errors."""
 
 from __future__ import annotations
 
 import copy
+import inspect
 import subprocess
 import sys
 
@@ -50,6 +52,19 @@ class Net(torch.nn.Module):
             if i in self.marks:
                 pipe_split()
             h = b(h, mask)
+        return self.head(h + skip)
+
+
+class LateMask(Net):
+    """Net whose blocks in the first half do not use the mask: the first
+    stage's module does not take it, later stages do."""
+
+    def forward(self, x, mask):
+        h = skip = torch.tanh(self.emb(x))
+        for i, b in enumerate(self.blocks):
+            if i in self.marks:
+                pipe_split()
+            h = b(h, mask if i >= BLOCKS // 2 else torch.ones_like(h))
         return self.head(h + skip)
 
 
@@ -117,22 +132,25 @@ def train_rank(pipe, data, reps, V, policy, M, how):
     return {n: p.detach().clone() for st in stages for n, p in st.submod.named_parameters()}, out
 
 
-# (policy, replicas per pipeline rank, stages per rank, M, how the cut is marked)
+# (policy, replicas per pipeline rank, stages per rank, M, how the cut is
+# marked, the model)
 CASES = [
-    ("gpipe", [1, 1, 1], 1, 4, "spec"),
-    ("1f1b", [1, 1, 1], 1, 2, "pipe_split"),    # M < S
-    ("zb-h1", [1, 1, 1], 1, 5, "spec"),         # input and weight gradients apart
-    ("1f1b", [2, 1, 1], 1, 5, "function"),      # a replicated first stage
-    ("interleaved", [1, 1], 2, 4, "spec"),
-    ("zbv", [1, 1], 2, 5, "pipe_split"),
+    ("gpipe", [1, 1, 1], 1, 4, "spec", Net),
+    ("1f1b", [1, 1, 1], 1, 2, "pipe_split", Net),    # M < S
+    ("zb-h1", [1, 1, 1], 1, 5, "spec", Net),         # input and weight gradients apart
+    ("1f1b", [2, 1, 1], 1, 5, "function", Net),      # a replicated first stage
+    ("interleaved", [1, 1], 2, 4, "spec", Net),
+    ("zbv", [1, 1], 2, 5, "pipe_split", Net),
+    ("1f1b", [1, 1, 1], 1, 4, "spec", LateMask),     # the mask handed on by stage 0
+    ("zbv", [1, 1], 2, 5, "spec", LateMask),
 ]
 
 
-@pytest.mark.parametrize("policy,reps,V,M,how", CASES)
-def test_a_traced_split_trains_like_one_process(policy, reps, V, M, how):
+@pytest.mark.parametrize("policy,reps,V,M,how,net", CASES)
+def test_a_traced_split_trains_like_one_process(policy, reps, V, M, how, net):
     S = len(reps) * V
     data = batches(10)
-    model = Net(marks=cuts(S) if how == "pipe_split" else ())
+    model = net(marks=cuts(S) if how == "pipe_split" else ())
     want_params, want_out = reference(model, data, M)
     x0, m0, _ = data[0]
     n0 = len(x0) // M
@@ -177,6 +195,25 @@ def test_each_stage_hands_on_what_later_stages_use():
         assert torch.is_tensor(out)
         assert torch.allclose(out, pipe(x0, mask=m0)[0], rtol=0, atol=1e-12)
     assert stages[1].submod is pipe.get_stage_module(1)
+
+
+def test_a_first_stage_whose_module_lacks_a_later_input_takes_the_models_inputs():
+    data = batches(4)
+    x0, m0, _ = data[0]
+    model = LateMask()
+    pipe = pipeline(copy.deepcopy(model), (x0,), {"mask": m0},
+                    split_spec={f"blocks.{i}": SplitPoint.BEGINNING for i in cuts(3)})
+    first = pipe.build_stage(0, "cpu")
+    assert list(inspect.signature(first.submod.forward).parameters) == ["x"]
+    stages = [first] + [pipe.build_stage(s, "cpu") for s in (1, 2)]
+    with torch.no_grad():
+        mid = stages[0].fn(x0, mask=m0)
+        assert any(torch.equal(t, m0) for t in mid), "the mask is handed on"
+        out = stages[2].fn(*stages[1].fn(*mid))
+        assert torch.allclose(out, model(x0, m0), rtol=0, atol=1e-12)
+        with pytest.raises(dpl.InvalidArgument, match="the first stage takes the model's "
+                           "inputs \\(x, mask\\): missing a required argument: 'mask'"):
+            stages[0].fn(x0)
 
 
 class OutUsesEarly(torch.nn.Module):

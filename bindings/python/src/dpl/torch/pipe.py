@@ -90,10 +90,11 @@ def build_stage(stage_module: torch.nn.Module, stage_index: int, pipe_info: Any,
     its ``PipeInfo`` (``torch.distributed.pipelining.build_stage``'s
     arguments; ``group`` ignored). The stage's ``submod`` is
     ``stage_module`` itself; what it hands dpl is its outputs plus what
-    later stages need (the module docstring). Raises InvalidArgument when
-    the model's output uses a value made before the last stage, or a later
-    stage uses a model input that is not a top-level argument of the
-    first stage's forward."""
+    later stages need (the module docstring). When a later stage uses a
+    model input that the first stage's module does not take, the first
+    stage takes the model's inputs, as the traced model does. Raises
+    InvalidArgument when the model's output uses a value made before the
+    last stage."""
     num_stages = pipe_info.num_stages
     _check_index(stage_index, num_stages)
     plan = _Plan(pipe_info.graph, num_stages)
@@ -118,6 +119,8 @@ class _Plan:
         pos = {n: i for i, n in enumerate(calls)}
         self.calls = sorted(calls, key=lambda n: n.meta.get("stage_idx", pos[n]))
         calls = self.calls
+        # the model's inputs, in order
+        self.inputs = [n.target for n in nodes if n.op == "placeholder"]
         order = {n: i for i, n in enumerate(nodes)}
         made: dict[Node, int] = {}     # value -> stage that makes it (-1: a model input)
         for n in nodes:
@@ -188,26 +191,40 @@ class _Carry(torch.nn.Module):
                 self.recipe.append(("root", v.target))
         roots = [r[1] for r in self.recipe if r[0] == "root"]
         self._sig = inspect.signature(mod.forward) if roots else None
-        if roots:
-            params = self._sig.parameters
-            for name in roots:
-                if name not in params:
-                    raise _bad(f"a later stage uses the model input {name!r}, which is not a "
-                               "top-level argument of the first stage's forward "
-                               f"({', '.join(params)}); dpl.torch hands on top-level inputs")
+        # a model input that only later stages use: the first stage then
+        # takes the model's inputs (as the traced model does) and calls its
+        # module with those of them its call in the split graph names
+        self._call: tuple | None = None
+        if roots and any(n not in self._sig.parameters for n in roots):
+            kind = inspect.Parameter.POSITIONAL_OR_KEYWORD
+            self._sig = inspect.Signature([inspect.Parameter(n, kind) for n in plan.inputs])
+
+            def ref(v: Any) -> tuple:
+                return ("in", v.target) if isinstance(v, Node) else ("const", v)
+            self._call = ([ref(v) for v in call.args],
+                          {k: ref(v) for k, v in call.kwargs.items()})
 
     def forward(self, *args: Any, **kwargs: Any) -> Any:
-        if self.first:
+        bound = None
+        if self._sig is not None:   # the first stage, handing on model inputs
+            try:
+                bound = self._sig.bind(*args, **kwargs)
+            except TypeError as e:
+                raise _bad(f"the first stage takes the model's inputs "
+                           f"({', '.join(self._sig.parameters)}): {e}") from None
+            bound.apply_defaults()
+        if self._call is not None:
+            a = bound.arguments
+            res = self.mod(*[a[r[1]] if r[0] == "in" else r[1] for r in self._call[0]],
+                           **{k: a[r[1]] if r[0] == "in" else r[1]
+                              for k, r in self._call[1].items()})
+        elif self.first:
             res = self.mod(*args, **kwargs)
         else:
             res = self.mod(*[args[i] for i in self.arg_idx],
                            **{k: args[i] for k, i in self.kw_idx.items()})
         if self.last:
             return res
-        bound = None
-        if self._sig is not None:
-            bound = self._sig.bind(*args, **kwargs)
-            bound.apply_defaults()
         out = []
         for r in self.recipe:
             kind = r[0]
