@@ -163,3 +163,163 @@ def test_specs_that_do_not_fit_the_inputs_are_refused(kw, args, needle):
     finally:
         sched.close()
     assert needle in str(e.value)
+
+
+# --- containers: cut and merged leaf by leaf, as PyTorch does -------------
+class Nested(torch.nn.Module):
+    """Takes x and a container (a tuple of a tensor cut along 1 and a dict
+    of a tensor and a number); returns a dict (the last stage's output)."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(3)
+        self.lin = torch.nn.Linear(F, D_OUT, dtype=torch.float64)
+
+    def forward(self, x, extra):
+        cols, d = extra
+        h = self.lin(x) * d["w"] * d["k"] + cols.t()
+        return {"y": h, "aux": (h.sum(1, keepdim=True), "tag")}
+
+
+NESTED_SPEC = (TensorChunkSpec(0), (TensorChunkSpec(1), {"w": TensorChunkSpec(0),
+                                                          "k": Replicate()}))
+
+
+def nested_inputs():
+    g = torch.Generator().manual_seed(4)
+    x = torch.randn(B, F, generator=g, dtype=torch.float64)
+    extra = (torch.randn(D_OUT, B, generator=g, dtype=torch.float64),
+             {"w": torch.rand(B, 1, generator=g, dtype=torch.float64), "k": 2.0})
+    target = (torch.randn(B, D_OUT, generator=g, dtype=torch.float64),
+              torch.randn(B, 1, generator=g, dtype=torch.float64))
+    return x, extra, target
+
+
+def nested_loss(out, target):
+    y, s = target
+    return torch.nn.functional.mse_loss(out["y"], y) + \
+        torch.nn.functional.mse_loss(out["aux"][0], s)
+
+
+def nested_rank(model, spec, how):
+    sched = Schedule1F1B(PipelineStage(model, 0, 1), M, nested_loss, args_chunk_spec=spec)
+    x, extra, target = nested_inputs()
+    try:
+        if how == "whole":
+            out = sched.step(x, extra, target=target)
+        else:
+            a, _ = microbatch.split_args_kwargs_into_chunks((x, extra), {}, M, NESTED_SPEC)
+            out = sched.step(arg_mbs=a, target_mbs=[(y, s) for y, s in zip(
+                target[0].tensor_split(M), target[1].tensor_split(M))])
+        return out, [p.grad.clone() for p in model.parameters()]
+    finally:
+        sched.close()
+
+
+@pytest.mark.parametrize("how", ["whole", "pre-split"])
+def test_containers_are_cut_and_merged_leaf_by_leaf_as_pytorch_does(how):
+    model = Nested()
+    (out, grads), = dpl.run.threads(1, nested_rank, copy.deepcopy(model), NESTED_SPEC, how,
+                                    timeout=60)
+    x, extra, target = nested_inputs()
+    a, k = microbatch.split_args_kwargs_into_chunks((x, extra), {}, M, NESTED_SPEC)
+    assert a[0][1][0].shape == (D_OUT, 3) and a[0][1][1]["k"] == 2.0   # PyTorch's cut
+    outs = []
+    for (xs, es), y, s in zip(a, target[0].tensor_split(M), target[1].tensor_split(M)):
+        o = model(xs, es)
+        nested_loss(o, (y, s)).backward()
+        outs.append(pytree_detach(o))
+    for gp, p in zip(grads, model.parameters()):
+        assert float((gp - p.grad / M).abs().max() / p.grad.abs().max()) <= 1e-12
+    want = microbatch.merge_chunks(outs, {"y": TensorChunkSpec(0),
+                                          "aux": (TensorChunkSpec(0), Replicate())})
+    assert set(out) == {"y", "aux"} and out["aux"][1] == "tag"
+    assert torch.allclose(out["y"], want["y"], rtol=1e-12, atol=0)
+    assert torch.allclose(out["aux"][0], want["aux"][0], rtol=1e-12, atol=0)
+    assert out["y"].shape == (B, D_OUT)
+
+
+def pytree_detach(o):
+    return {"y": o["y"].detach(), "aux": (o["aux"][0].detach(), o["aux"][1])}
+
+
+def test_a_container_spec_of_another_structure_is_refused_naming_both():
+    bad = (TensorChunkSpec(0), (TensorChunkSpec(1),))
+    with pytest.raises(dpl.InvalidArgument, match="positional input 1: the spec's structure "):
+        dpl.run.threads(1, nested_rank, Nested(), bad, "whole", timeout=60)
+    with pytest.raises(dpl.InvalidArgument, match=r"positional input 0: a spec of several "
+                       r"values \(\(.*TensorChunkSpec\(0\),\)\) for one value"):
+        dpl.run.threads(1, nested_rank, Nested(), ((TensorChunkSpec(0),), Replicate()),
+                        "whole", timeout=60)
+
+
+def test_dpl_split_and_merge_of_containers_equal_pytorchs():
+    from dpl.torch import microbatch as dmb
+    x, extra, _ = nested_inputs()
+    for spec in (None, NESTED_SPEC):
+        if spec is None:   # the default: every tensor along 0
+            args = (x, (extra[0].t().contiguous(), extra[1]))
+        else:
+            args = (x, extra)
+        got, _ = dmb.split_args_kwargs_into_chunks(args, {}, M, spec)
+        want, _ = microbatch.split_args_kwargs_into_chunks(args, {}, M, spec)
+        assert len(got) == len(want) == M
+        for g, w in zip(got, want):
+            gl, gs = torch.utils._pytree.tree_flatten(g)
+            wl, ws = torch.utils._pytree.tree_flatten(w)
+            assert gs == ws
+            assert all(torch.equal(a, b) if torch.is_tensor(a) else a == b
+                       for a, b in zip(gl, wl))
+    outs = [{"y": torch.randn(2, 3), "aux": (torch.randn(2, 1), torch.randn(4))}
+            for _ in range(3)]
+    spec = {"y": dmb.TensorChunkSpec(0), "aux": (dmb.TensorChunkSpec(1), dmb.sum_reducer)}
+    tspec = {"y": TensorChunkSpec(0), "aux": (TensorChunkSpec(1), microbatch.sum_reducer)}
+    got, want = dmb.merge_chunks(outs, spec), microbatch.merge_chunks(outs, tspec)
+    assert torch.equal(got["y"], want["y"]) and torch.equal(got["aux"][0], want["aux"][0])
+    assert torch.allclose(got["aux"][1], want["aux"][1])
+
+
+class NestedFirst(torch.nn.Module):
+    """A first stage taking a container; ``meta_fails`` makes the set-up's
+    dry forward on meta tensors fail, so that it runs on real ones."""
+
+    def __init__(self, meta_fails):
+        super().__init__()
+        torch.manual_seed(5)
+        self.lin = torch.nn.Linear(F, D, dtype=torch.float64)
+        self.meta_fails = meta_fails
+
+    def forward(self, x, extra):
+        if self.meta_fails and x.device.type == "meta":
+            raise RuntimeError("no meta here")
+        cols, d = extra
+        return torch.tanh(self.lin(x) * d["w"] * d["k"]) + cols.t().sum(1, keepdim=True)
+
+
+def nested_two_rank(parts):
+    w = dpl.world.current()
+    mod = parts[w.rank]
+    sched = Schedule1F1B(PipelineStage(mod, w.rank, 2), M, torch.nn.MSELoss(),
+                         args_chunk_spec=NESTED_SPEC if w.rank == 0 else None)
+    x, extra, target = nested_inputs()
+    try:
+        if w.rank == 0:
+            sched.step(x, extra)
+        else:
+            sched.step(target=target[0])
+        return [p.grad.clone() for p in mod.parameters()]
+    finally:
+        sched.close()
+
+
+@pytest.mark.parametrize("meta_fails", [False, True])
+def test_a_first_stage_of_two_takes_containers(meta_fails):
+    parts = [NestedFirst(meta_fails), Head()]
+    got = dpl.run.threads(2, nested_two_rank, copy.deepcopy(parts), timeout=60)
+    x, extra, target = nested_inputs()
+    a, _ = microbatch.split_args_kwargs_into_chunks((x, extra), {}, M, NESTED_SPEC)
+    for (xs, es), y in zip(a, target[0].tensor_split(M)):
+        torch.nn.functional.mse_loss(parts[1](parts[0](xs, es)), y).backward()
+    for g, part in zip(got, parts):
+        for gp, p in zip(g, part.parameters()):
+            assert float((gp - p.grad / M).abs().max() / p.grad.abs().max()) <= 1e-12

@@ -17,9 +17,8 @@ from typing import TYPE_CHECKING, Any, Sequence
 import torch
 
 from ..runner import dtype_code, split
-from . import _autograd
+from . import _autograd, _chunks
 from ._boundary import as_tuple, kept_output
-from ._chunks import REPLICATE
 from .stage import PipelineStage
 
 if TYPE_CHECKING:
@@ -56,19 +55,20 @@ class _Callbacks:
         """Forget the last step's split inputs and target."""
         self.split_args = self.split_target = None
 
-    def _split(self, t: Any, dim: int | None = 0) -> Any:
+    def _split(self, t: Any, cut: Any) -> list | None:
         # the whole batch cut once per step (one call, like PyTorch's
         # split into micro-batches), not sliced once per callback
-        return t.tensor_split(self.cuts, dim) if dim is not REPLICATE and torch.is_tensor(t) \
-            else None
+        if type(cut) is int:   # the fast path: a tensor
+            return t.tensor_split(self.cuts, cut)
+        return _chunks.split(t, cut, self.cuts)
 
-    def _take(self, a, t: Any, pieces: Any, dim: int | None = 0) -> Any:
+    def _take(self, a, t: Any, pieces: list | None, cut: Any) -> Any:
         if pieces is None:
             return t
         j = a.microbatch
         if self.ranges[j][0] != a.begin or self.ranges[j][1] != a.end:
             # never, by <dpl/runner.h>'s contract
-            return t.narrow(dim, a.begin, a.end - a.begin)
+            return _chunks.narrow(t, cut, a.begin, a.end - a.begin)
         return pieces[self.piece[j]]
 
     def _inputs(self, st: PipelineStage, a) -> tuple:
@@ -105,10 +105,11 @@ class _Callbacks:
         if st.is_last:
             loss = None
             if self.s._loss_fn is not None and self.s._target is not None:
-                tgt = self.split_target
+                tgt, cut = self.split_target, self.s._target_cut
                 if tgt is None:
-                    tgt = self.split_target = self._split(self.s._target)
-                tgt = self._take(a, self.s._target, tgt) if tgt is not None \
+                    tgt = self.split_target = self._split(self.s._target, cut)
+                # a target with no tensor to cut: a sequence of samples
+                tgt = self._take(a, self.s._target, tgt, cut) if tgt is not None \
                     else self.s._target[a.begin:a.end]
                 loss = self.s._loss_fn(out, tgt, **self.s._loss_kwargs)
                 w = self._share(a)

@@ -1,19 +1,25 @@
 """PyTorch's chunk specs as dpl.torch takes them: how the first stage's
-inputs are cut into micro-batches (``args_chunk_spec``,
-``kwargs_chunk_spec``) and how the last stage's outputs are put back
-together (``output_merge_spec``).
+inputs (and the last stage's target) are cut into micro-batches
+(``args_chunk_spec``, ``kwargs_chunk_spec``) and how the last stage's
+outputs are put back together (``output_merge_spec``).
 
-An input is cut along one dimension (``TensorChunkSpec(dim)``, by default
-0 for a tensor) into the micro-batches dpl's runner numbers (sizes that
-differ by at most one, larger first, as ``torch.tensor_split``), or given
-whole to every micro-batch (``_Replicate``, the default for a value that
-is not a tensor). Specs are given per top-level argument, as a tuple for
-the positional ones and a dict for the keyword ones; nested specs are
-refused. An output is concatenated along a dimension
-(``TensorChunkSpec``), reduced over the micro-batches (a
-``_CustomReducer`` such as ``sum_reducer``), or, for a tuple, one spec per
-element. The classes are PyTorch's, recognised by their names and fields
-so that ``import dpl.torch`` does not load ``torch.distributed``.
+A tensor is cut along one dimension (``TensorChunkSpec(dim)``, by default
+0) into the micro-batches dpl's runner numbers (sizes that differ by at
+most one, larger first, as ``torch.tensor_split``), or given whole to every
+micro-batch (``_Replicate``, the default for a value that is not a
+tensor). A container (tuple, list, dict, or any other pytree node) is cut
+leaf by leaf, as PyTorch cuts it: its spec is a container of the same
+structure, or one spec for all its leaves, or none (each tensor leaf along
+dimension 0). Specs are given per top-level argument, as a tuple for the
+positional ones and a dict for the keyword ones. An output is
+concatenated along a dimension (``TensorChunkSpec``), reduced over the
+micro-batches (a ``_CustomReducer`` such as ``sum_reducer``), or, for a
+container, leaf by leaf. The spec classes are PyTorch's or
+``dpl.torch.microbatch``'s, recognised by their names and fields so that
+``import dpl.torch`` does not load ``torch.distributed``.
+
+A value's cut is an int (a tensor's dimension), ``REPLICATE`` (the value
+whole), or a :class:`Tree` (a container's structure and each leaf's cut).
 """
 
 from __future__ import annotations
@@ -21,10 +27,24 @@ from __future__ import annotations
 from typing import Any
 
 import torch
+from torch.utils import _pytree as pytree
 
 from ._boundary import _bad
 
-REPLICATE = None   # an input given whole to every micro-batch
+REPLICATE = None   # a value given whole to every micro-batch
+
+
+class Tree:
+    """The cut of a container: its pytree structure and, per leaf, a
+    dimension or REPLICATE."""
+
+    __slots__ = ("spec", "dims")
+
+    def __init__(self, spec: Any, dims: list):
+        self.spec, self.dims = spec, dims
+
+    def __repr__(self) -> str:
+        return f"Tree({self.dims})"
 
 
 def _is_chunk(spec: Any) -> bool:
@@ -40,18 +60,105 @@ def _is_reducer(spec: Any) -> bool:
     return hasattr(spec, "init_value") and callable(getattr(spec, "reduce_fn", None))
 
 
-def _dim(spec: Any, what: str) -> int | None:
-    if _is_chunk(spec):
-        return spec.split_dim
+def _is_leaf_spec(spec: Any) -> bool:
+    return _is_chunk(spec) or _is_replicate(spec) or _is_reducer(spec)
+
+
+def _leaf_dim(v: Any, spec: Any) -> int | None:
+    if spec is None:
+        return 0 if torch.is_tensor(v) else REPLICATE
+    return spec.split_dim if _is_chunk(spec) else REPLICATE
+
+
+def _check_spec(spec: Any, what: str) -> None:
+    """Refuse a spec tree with a leaf that is no spec."""
+    if spec is None:
+        return
+    for s in pytree.tree_leaves(spec, is_leaf=_is_leaf_spec):
+        if not (_is_chunk(s) or _is_replicate(s)):
+            raise _bad(f"{what}: {s!r} is not a TensorChunkSpec or _Replicate")
+
+
+def cut_of(v: Any, spec: Any, what: str) -> Any:
+    """The cut of value ``v`` under ``spec`` (None: PyTorch's default).
+    Raises InvalidArgument when a container spec's structure is not the
+    value's."""
     if _is_replicate(spec):
         return REPLICATE
-    raise _bad(f"{what}: {spec!r} is not a TensorChunkSpec or _Replicate (dpl.torch takes "
-               "one spec per top-level argument)")
+    leaves, tspec = ([v], None) if torch.is_tensor(v) else pytree.tree_flatten(v)
+    if tspec is None or tspec.is_leaf():
+        if spec is not None and not _is_chunk(spec):
+            raise _bad(f"{what}: a spec of several values ({spec!r}) for one value")
+        return _leaf_dim(v, spec)
+    if spec is None or _is_leaf_spec(spec):
+        return Tree(tspec, [_leaf_dim(x, spec) for x in leaves])
+    sleaves, sspec = pytree.tree_flatten(spec, is_leaf=_is_leaf_spec)
+    if sspec != tspec:
+        raise _bad(f"{what}: the spec's structure {sspec} is not the input's {tspec}")
+    return Tree(tspec, [_leaf_dim(x, s) for x, s in zip(leaves, sleaves)])
+
+
+def _named_leaves(v: Any, d: Any, what: str) -> list[tuple[str, Any, Any]]:
+    if not isinstance(d, Tree):
+        return [(what, v, d)]
+    pairs, tspec = pytree.tree_flatten_with_path(v)
+    if tspec != d.spec:
+        raise _bad(f"{what} has the structure {tspec}; the first step's had {d.spec}")
+    return [(what + pytree.keystr(p), x, dd) for (p, x), dd in zip(pairs, d.dims)]
+
+
+def split(v: Any, d: Any, sections: Any) -> list | None:
+    """``v`` cut by ``d`` at ``sections`` (``torch.tensor_split``'s
+    argument): one value per piece, or None when ``v`` goes whole."""
+    if d is REPLICATE:
+        return None
+    if not isinstance(d, Tree):
+        return list(v.tensor_split(sections, d)) if torch.is_tensor(v) else None
+    leaves = [None if dd is REPLICATE else x.tensor_split(sections, dd)
+              for _, x, dd in _named_leaves(v, d, "an input")]
+    whole = pytree.tree_leaves(v)
+    n = next((len(p) for p in leaves if p is not None), 0)
+    if n == 0:
+        return None
+    return [pytree.tree_unflatten([w if p is None else p[k] for w, p in zip(whole, leaves)],
+                                  d.spec) for k in range(n)]
+
+
+def narrow(v: Any, d: Any, begin: int, n: int) -> Any:
+    """Samples [begin, begin + n) of ``v`` along its cut."""
+    if d is REPLICATE:
+        return v
+    if not isinstance(d, Tree):
+        return v.narrow(d, begin, n)
+    return pytree.tree_unflatten([x if dd is REPLICATE else x.narrow(dd, begin, n)
+                                  for x, dd in zip(pytree.tree_leaves(v), d.dims)], d.spec)
+
+
+def repeat(v: Any, d: Any, times: int) -> Any:
+    """``v`` with its samples ``times`` times over (for a dry forward)."""
+    if d is REPLICATE:
+        return v
+    if not isinstance(d, Tree):
+        return torch.cat([v] * times, d)
+    return pytree.tree_unflatten([x if dd is REPLICATE else torch.cat([x] * times, dd)
+                                  for x, dd in zip(pytree.tree_leaves(v), d.dims)], d.spec)
+
+
+def join(parts: list, d: Any) -> Any:
+    """One value from micro-batch values cut by ``d``: tensors
+    concatenated, a value given whole taken from the first."""
+    if d is REPLICATE:
+        return parts[0]
+    if not isinstance(d, Tree):
+        return torch.cat(parts, d)
+    cols = list(zip(*(pytree.tree_leaves(p) for p in parts)))
+    return pytree.tree_unflatten([c[0] if dd is REPLICATE else torch.cat(c, dd)
+                                  for c, dd in zip(cols, d.dims)], d.spec)
 
 
 class Chunking:
     """The validated specs of one schedule. Raises InvalidArgument naming
-    a spec that is not PyTorch's or is nested."""
+    a spec that is not PyTorch's."""
 
     def __init__(self, args_spec: Any, kwargs_spec: Any, merge_spec: Any):
         if args_spec is not None and not isinstance(args_spec, (tuple, list)):
@@ -59,73 +166,100 @@ class Chunking:
         if kwargs_spec is not None and not isinstance(kwargs_spec, dict):
             raise _bad(f"kwargs_chunk_spec must be a dict of specs "
                        f"(got {type(kwargs_spec).__name__})")
-        self.args = None if args_spec is None else \
-            [_dim(s, f"args_chunk_spec[{i}]") for i, s in enumerate(args_spec)]
-        self.kwargs = None if kwargs_spec is None else \
-            {k: _dim(s, f"kwargs_chunk_spec[{k!r}]") for k, s in kwargs_spec.items()}
+        for i, s in enumerate(args_spec or ()):
+            _check_spec(s, f"args_chunk_spec[{i}]")
+        for k, s in (kwargs_spec or {}).items():
+            _check_spec(s, f"kwargs_chunk_spec[{k!r}]")
+        self.args = None if args_spec is None else list(args_spec)
+        self.kwargs = None if kwargs_spec is None else dict(kwargs_spec)
         self.merge = merge_spec
         if merge_spec is not None:
-            many = isinstance(merge_spec, (tuple, list))
-            for i, s in enumerate(merge_spec if many else (merge_spec,)):
+            leaves = pytree.tree_leaves(merge_spec, is_leaf=_is_leaf_spec)
+            for s in leaves:
                 if not (_is_chunk(s) or _is_reducer(s)):
-                    raise _bad(f"output_merge_spec{f'[{i}]' if many else ''}: "
-                               f"{s!r} is not a TensorChunkSpec or a _CustomReducer")
+                    raise _bad(f"output_merge_spec: {s!r} is not a TensorChunkSpec or a "
+                               "_CustomReducer")
+
+    def arg_cut(self, i: int, v: Any) -> Any:
+        """The cut of positional input ``i`` (value ``v``)."""
+        return cut_of(v, self.args[i] if self.args is not None and i < len(self.args)
+                      else None, f"positional input {i}")
+
+    def kwarg_cut(self, k: str, v: Any) -> Any:
+        """The cut of keyword input ``k`` (value ``v``)."""
+        return cut_of(v, self.kwargs.get(k) if self.kwargs is not None else None,
+                      f"keyword input {k!r}")
 
     def cut(self, args: tuple, kwargs: dict) -> tuple[tuple, int]:
-        """The cut dimension (or REPLICATE) of each input, as ``(positional
-        list, keyword dict)``, and the batch size: every input that is cut
-        has it along its cut dimension. Raises InvalidArgument when the
-        specs do not fit the inputs, when the inputs disagree on the batch
-        size (naming both), or when no input is cut."""
+        """The cut of each input, as ``(positional list, keyword dict)``,
+        and the batch size: every tensor that is cut has it along its cut
+        dimension. Raises InvalidArgument when the specs do not fit the
+        inputs, when the inputs disagree on the batch size (naming both),
+        or when no input is cut."""
         if self.args is not None and len(self.args) != len(args):
             raise _bad(f"args_chunk_spec has {len(self.args)} specs for {len(args)} "
                        "positional inputs")
         if self.kwargs is not None and set(self.kwargs) != set(kwargs):
             raise _bad(f"kwargs_chunk_spec has keys {sorted(self.kwargs)} for keyword inputs "
                        f"{sorted(kwargs)}")
-        ad = self.args if self.args is not None else [default_dim(a) for a in args]
-        kd = self.kwargs if self.kwargs is not None else \
-            {k: default_dim(v) for k, v in kwargs.items()}
-        named = [(f"positional input {i}", a, d) for i, (a, d) in enumerate(zip(args, ad))] + \
-            [(f"keyword input {k!r}", kwargs[k], d) for k, d in kd.items()]
-        batch = None
-        for what, v, d in named:
-            if d is REPLICATE:
-                continue
-            if not (torch.is_tensor(v) and -v.dim() <= d < v.dim()):
-                got = f"a tensor of {v.dim()} dimensions" if torch.is_tensor(v) \
-                    else type(v).__name__
-                raise _bad(f"{what}: cut along dimension {d}, but it is {got}")
-            n = int(v.shape[d])
-            if batch is None:
-                batch = (n, what, d)
-            elif n != batch[0]:
-                raise _bad(f"{what} has {n} samples along dimension {d}; {batch[1]} has "
-                           f"{batch[0]} along dimension {batch[2]}")
+        ad = [self.arg_cut(i, a) for i, a in enumerate(args)]
+        kd = {k: self.kwarg_cut(k, v) for k, v in kwargs.items()}
+        named = [x for i, (a, d) in enumerate(zip(args, ad))
+                 for x in _named_leaves(a, d, f"positional input {i}")] + \
+            [x for k, d in kd.items() for x in _named_leaves(kwargs[k], d, f"keyword input {k!r}")]
+        batch = batch_of(named)
         if batch is None:
             raise _bad("the first stage's inputs hold no tensor to split into micro-batches")
-        return (ad, kd), batch[0]
+        return (ad, kd), batch
 
     def merge_outputs(self, outs: list) -> Any:
         """The last stage's micro-batch outputs as one, by the merge spec
-        (default: tensors concatenated along dimension 0, a tuple element
-        by element, anything else taken from the first micro-batch)."""
+        (default: each tensor of the output concatenated along dimension
+        0; a value that is not a tensor, or a 0-dimensional one, taken
+        from the first micro-batch). Raises InvalidArgument when the spec's
+        structure is not the output's."""
         if not outs:
             return None
         spec = self.merge
-        if isinstance(outs[0], tuple):
-            specs = spec if isinstance(spec, (tuple, list)) else [spec] * len(outs[0])
-            if len(specs) != len(outs[0]):
-                raise _bad(f"output_merge_spec has {len(specs)} specs for an output of "
-                           f"{len(outs[0])} values")
-            return tuple(_merge_one([o[i] for o in outs], s) for i, s in enumerate(specs))
-        return _merge_one(outs, spec)
+        leaves0, tspec = pytree.tree_flatten(outs[0])
+        if spec is None or _is_leaf_spec(spec):
+            specs = [spec] * len(leaves0)
+        else:
+            specs, sspec = pytree.tree_flatten(spec, is_leaf=_is_leaf_spec)
+            if sspec != tspec:
+                raise _bad(f"output_merge_spec has the structure {sspec}; the output has {tspec}")
+        cols = list(zip(*(pytree.tree_leaves(o) for o in outs)))
+        if len(cols) != len(leaves0):
+            raise _bad("the last stage's outputs differ in structure between micro-batches")
+        return pytree.tree_unflatten([_merge_one(list(c), s) for c, s in zip(cols, specs)],
+                                     tspec)
 
 
-def default_dim(v: Any) -> int | None:
-    """An input's cut dimension without a spec: 0 for a tensor, else given
-    whole (PyTorch's default)."""
-    return 0 if torch.is_tensor(v) else REPLICATE
+def batch_of(named: list[tuple[str, Any, Any]]) -> int | None:
+    """The batch size of values (name, value, cut): every value cut has it
+    along its dimension; None when none is cut. Raises InvalidArgument
+    naming a value that is not a tensor but is cut, or two that disagree."""
+    batch = None
+    for what, v, d in named:
+        if d is REPLICATE:
+            continue
+        if not (torch.is_tensor(v) and -v.dim() <= d < v.dim()):
+            got = f"a tensor of {v.dim()} dimensions" if torch.is_tensor(v) \
+                else type(v).__name__
+            raise _bad(f"{what}: cut along dimension {d}, but it is {got}")
+        n = int(v.shape[d])
+        if batch is None:
+            batch = (n, what, d)
+        elif n != batch[0]:
+            raise _bad(f"{what} has {n} samples along dimension {d}; {batch[1]} has "
+                       f"{batch[0]} along dimension {batch[2]}")
+    return None if batch is None else batch[0]
+
+
+def default_cut(v: Any) -> Any:
+    """A value's cut without a spec: a tensor along 0, a container's
+    tensors along 0, anything else whole (PyTorch's default)."""
+    return cut_of(v, None, "a value")
 
 
 def _merge_one(values: list, spec: Any) -> Any:

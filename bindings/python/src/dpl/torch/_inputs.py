@@ -13,10 +13,11 @@ from __future__ import annotations
 from typing import Any
 
 import torch
+from torch.utils import _pytree as pytree
 
 from ..runner import split
 from ._boundary import _bad
-from ._chunks import default_dim
+from ._chunks import Chunking, Tree, default_cut
 
 
 def _sizes(batch: int, m: int) -> list[int]:
@@ -32,10 +33,27 @@ def _same(a: Any, b: Any) -> bool:
     return bool(a == b)
 
 
-def _join(parts: list, what: str, dim: int | None) -> Any:
-    """One value from M micro-batch values: tensors concatenated along
-    ``dim`` (their sizes checked); a value given whole to every
-    micro-batch (``dim`` None) must be the same in each and is taken once."""
+def _join(parts: list, what: str, cut: Any) -> Any:
+    """One value from M micro-batch values cut by ``cut``: tensors
+    concatenated along their dimension (their sizes checked); a value given
+    whole to every micro-batch (REPLICATE) must be the same in each and is
+    taken once; a container, leaf by leaf."""
+    if not isinstance(cut, Tree):
+        return _join_leaf(parts, what, cut)
+    pairs, spec = pytree.tree_flatten_with_path(parts[0])
+    cols = []
+    for j, p in enumerate(parts):
+        leaves, sp = pytree.tree_flatten(p)
+        if sp != spec:
+            raise _bad(f"{what}: micro-batch {j} has the structure {sp}; micro-batch 0 has "
+                       f"{spec}")
+        cols.append(leaves)
+    return pytree.tree_unflatten(
+        [_join_leaf([c[i] for c in cols], what + pytree.keystr(path), d)
+         for i, ((path, _), d) in enumerate(zip(pairs, cut.dims))], spec)
+
+
+def _join_leaf(parts: list, what: str, dim: int | None) -> Any:
     first = parts[0]
     if dim is None:
         if not all(_same(p, first) for p in parts):
@@ -56,12 +74,13 @@ def _join(parts: list, what: str, dim: int | None) -> Any:
 
 
 def join_microbatches(m: int, args: tuple, kwargs: dict, target: Any, arg_mbs: Any,
-                      kwarg_mbs: Any, target_mbs: Any, arg_dims: list | None = None,
-                      kwarg_dims: dict | None = None) -> tuple[tuple, dict, Any]:
+                      kwarg_mbs: Any, target_mbs: Any,
+                      chunking: Chunking | None = None) -> tuple[tuple, dict, Any]:
     """(args, kwargs, target) for the whole batch, from either whole-batch
     values or pre-split ones (never both, as PyTorch requires). Inputs are
-    joined along their cut dimension (``arg_dims``/``kwarg_dims`` from the
-    chunk specs, None for one given whole; default: a tensor along 0)."""
+    joined along their cuts (by ``chunking``'s specs; without, PyTorch's
+    default: tensors along 0, other values given whole); the target as an
+    input without a spec."""
     if arg_mbs is None and kwarg_mbs is None and target_mbs is None:
         return args, kwargs, target
     if args:
@@ -90,16 +109,16 @@ def join_microbatches(m: int, args: tuple, kwargs: dict, target: Any, arg_mbs: A
         if any(len(x) != n for x in arg_mbs):
             raise _bad(f"arg_mbs: micro-batches have {sorted({len(x) for x in arg_mbs})} "
                        "positional inputs; they need the same number")
+        ch = chunking or Chunking(None, None, None)
         args = tuple(_join([x[i] for x in arg_mbs], f"arg_mbs[*][{i}]",
-                           arg_dims[i] if arg_dims is not None and i < len(arg_dims)
-                           else default_dim(arg_mbs[0][i])) for i in range(n))
+                           ch.arg_cut(i, arg_mbs[0][i])) for i in range(n))
     if kwarg_mbs is not None:
         keys = set(kwarg_mbs[0])
         if any(set(x) != keys for x in kwarg_mbs):
             raise _bad("kwarg_mbs: micro-batches have different keys")
+        ch = chunking or Chunking(None, None, None)
         kwargs = {k: _join([x[k] for x in kwarg_mbs], f"kwarg_mbs[*][{k!r}]",
-                           kwarg_dims[k] if kwarg_dims is not None and k in kwarg_dims
-                           else default_dim(kwarg_mbs[0][k])) for k in sorted(keys)}
+                           ch.kwarg_cut(k, kwarg_mbs[0][k])) for k in sorted(keys)}
     if target_mbs is not None:
-        target = _join(list(target_mbs), "target_mbs", default_dim(target_mbs[0]))
+        target = _join(list(target_mbs), "target_mbs", default_cut(target_mbs[0]))
     return args, kwargs, target

@@ -9,8 +9,9 @@ and to put outputs back together. Their micro-batches are the ones dpl.torch's
 schedules make: sizes that differ by at most one, larger first, as
 ``torch.tensor_split``. Specs are given per top-level argument (a tuple for
 the positional ones, a dict for the keyword ones), as dpl.torch's
-schedules take them; PyTorch's own spec classes are accepted wherever
-these are.
+schedules take them, each a spec or, for a container, a container of
+specs of the same structure; PyTorch's own spec classes are accepted
+wherever these are.
 
 Where PyTorch's ``split_args_kwargs_into_chunks`` quietly makes fewer
 chunks when an input has fewer samples than ``chunks``, this one raises
@@ -26,7 +27,7 @@ from typing import Any, Callable
 import torch
 
 from ._boundary import _bad
-from ._chunks import REPLICATE, Chunking
+from ._chunks import Chunking, split
 
 __all__ = ["TensorChunkSpec", "split_args_kwargs_into_chunks", "merge_chunks"]
 
@@ -83,8 +84,9 @@ def split_args_kwargs_into_chunks(
     """Cut positional and keyword inputs into ``chunks`` micro-batches:
     (a tuple of positional inputs per micro-batch, a dict of keyword
     inputs per micro-batch). A tensor is cut along dimension 0 unless its
-    spec says otherwise; any other value, and one whose spec is
-    ``_Replicate``, goes whole to every micro-batch. The pieces are views
+    spec says otherwise; a container leaf by leaf; any other value, and one
+    whose spec is ``_Replicate``, goes whole to every micro-batch. The
+    pieces are views
     of the inputs. Raises InvalidArgument naming a bad spec, an input with
     fewer samples than ``chunks``, or inputs that disagree on the batch."""
     if not isinstance(chunks, int) or isinstance(chunks, bool) or chunks < 1:
@@ -95,8 +97,9 @@ def split_args_kwargs_into_chunks(
     if batch < chunks:
         raise _bad(f"a batch of {batch} samples cannot make {chunks} micro-batches")
 
-    def pieces(v: Any, d: int | None) -> list:
-        return [v] * chunks if d is REPLICATE else list(torch.tensor_split(v, chunks, d))
+    def pieces(v: Any, d: Any) -> list:
+        got = split(v, d, chunks)
+        return [v] * chunks if got is None else got
 
     ap = [pieces(a, d) for a, d in zip(args, ad)]
     kp = {k: pieces(v, kd[k]) for k, v in kwargs.items()}
@@ -107,9 +110,9 @@ def split_args_kwargs_into_chunks(
 def merge_chunks(chunks: list, chunk_spec: Any) -> Any:
     """One value from the micro-batches' values: tensors concatenated along
     dimension 0 or the spec's ``TensorChunkSpec``, reduced by a
-    ``_CustomReducer``; a tuple element by element (a tuple of specs, or
-    one spec for every element). Raises InvalidArgument when the spec does
-    not fit the values."""
+    ``_CustomReducer``; a container leaf by leaf (a container of specs of
+    its structure, or one spec for every leaf). Raises InvalidArgument
+    when the spec does not fit the values."""
     if not isinstance(chunks, (list, tuple)) or not chunks:
         raise _bad("chunks must be a non-empty list of micro-batch values")
     return Chunking(None, None, chunk_spec).merge_outputs(list(chunks))

@@ -40,7 +40,7 @@ from ..runner import Runner
 from ..schedule import Schedule, schedule as build_schedule
 from ._boundary import Layout
 from ._callbacks import _Callbacks
-from ._chunks import Chunking
+from ._chunks import REPLICATE, Chunking, default_cut
 from ._inputs import join_microbatches
 from .stage import PipelineStage, _bad, split_replicas
 
@@ -162,8 +162,7 @@ class _PipelineSchedule:
             raise _bad(f"loss_kwargs must be a dict (got {type(loss_kwargs).__name__})")
         ch = self._chunking
         args, kwargs, target = join_microbatches(self._n_microbatches, args, kwargs, target,
-                                                 arg_mbs, kwarg_mbs, target_mbs,
-                                                 ch.args, ch.kwargs)
+                                                 arg_mbs, kwarg_mbs, target_mbs, ch)
         first = self._stages.get(0)
         last = self._stages.get(next(iter(self._stages.values())).num_stages - 1)
         self._dims: tuple = ([], {})
@@ -175,6 +174,9 @@ class _PipelineSchedule:
             b = None
         if train and last is not None and target is None:
             raise _bad("the last stage's step() needs target= when loss_fn is given")
+        # a target is cut as an input without a spec (its tensors along 0)
+        self._target_cut = default_cut(target) if last is not None and target is not None \
+            else REPLICATE
         self._args, self._kwargs, self._target = args, kwargs, target
         self._train, self._keep_outputs = train, bool(return_outputs)
         self._loss_kwargs = loss_kwargs or {}

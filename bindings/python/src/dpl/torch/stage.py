@@ -18,9 +18,11 @@ from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
 import torch
+from torch.utils import _pytree as pytree
 from torch.utils.hooks import RemovableHandle
 
 from ._boundary import Layout, _bad, meta_of_output, metas_of_example
+from ._chunks import narrow, repeat
 
 __all__ = ["PipelineStage", "PipelineStageInfo", "build_stage"]
 
@@ -192,15 +194,15 @@ class PipelineStage:
         from output_args or by running the submodule on meta tensors
         (falling back to a real forward of zeros without grad, buffers
         restored). The first stage runs on one sample of ``sample_args``
-        and ``sample_kwargs``, cut along ``dims`` (each input's cut
-        dimension, None for one given whole: ``Chunking.cut``'s).
+        and ``sample_kwargs``, cut by ``dims`` (each input's cut:
+        ``Chunking.cut``'s).
         Raises InvalidArgument when the output is not tensors."""
         if self._out_meta is not None:
             return self._out_meta
         if self.is_first:
             ad, kd = dims
-            args = tuple(_one(a, d) for a, d in zip(sample_args, ad))
-            kwargs = {k: _one(v, kd[k]) for k, v in sample_kwargs.items()}
+            args = tuple(narrow(a, d, 0, 1) for a, d in zip(sample_args, ad))
+            kwargs = {k: narrow(v, kd[k], 0, 1) for k, v in sample_kwargs.items()}
             cut = (ad, kd)
         else:
             args = tuple(torch.zeros((1, *shape), dtype=dtype) for shape, dtype in in_meta.metas)
@@ -213,18 +215,13 @@ class PipelineStage:
         return meta_of_output(out, self.stage_index)
 
 
-def _one(t: Any, dim: int | None) -> Any:
-    return t.narrow(dim, 0, 1) if dim is not None else t
-
-
 def _dry_forward(mod: torch.nn.Module, args: tuple, kwargs: dict, cut: tuple) -> Any:
     try:
         from torch.func import functional_call
         meta = {k: torch.empty_like(v, device="meta")
                 for k, v in list(mod.named_parameters()) + list(mod.named_buffers())}
-        margs = tuple(torch.empty_like(a, device="meta") if torch.is_tensor(a) else a for a in args)
-        mkw = {k: (torch.empty_like(v, device="meta") if torch.is_tensor(v) else v)
-               for k, v in kwargs.items()}
+        margs, mkw = pytree.tree_map_only(
+            torch.Tensor, lambda t: torch.empty_like(t, device="meta"), (args, kwargs))
         with torch.no_grad():
             return functional_call(mod, meta, margs, mkw)
     except Exception:  # noqa: BLE001 - some modules do not run on meta
@@ -233,10 +230,8 @@ def _dry_forward(mod: torch.nn.Module, args: tuple, kwargs: dict, cut: tuple) ->
             with torch.no_grad():
                 # two samples (one could be taken for a batch dimension)
                 ad, kd = cut
-                two = tuple(torch.cat([a, a], d) if d is not None else a
-                            for a, d in zip(args, ad))
-                kw2 = {k: (torch.cat([v, v], kd[k]) if kd[k] is not None else v)
-                       for k, v in kwargs.items()}
+                two = tuple(repeat(a, d, 2) for a, d in zip(args, ad))
+                kw2 = {k: repeat(v, kd[k], 2) for k, v in kwargs.items()}
                 out = mod(*two, **kw2)
             if isinstance(out, (tuple, list)):
                 return type(out)(t[:1] if torch.is_tensor(t) else t for t in out)
