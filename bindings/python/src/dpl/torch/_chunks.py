@@ -221,6 +221,8 @@ class Chunking:
         if not outs:
             return None
         spec = self.merge
+        if torch.is_tensor(outs[0]) and (spec is None or _is_leaf_spec(spec)):
+            return _merge_one(outs, spec)   # the common case, without pytree's walk
         leaves0, tspec = pytree.tree_flatten(outs[0])
         if spec is None or _is_leaf_spec(spec):
             specs = [spec] * len(leaves0)
