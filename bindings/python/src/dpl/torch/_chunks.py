@@ -144,18 +144,6 @@ def repeat(v: Any, d: Any, times: int) -> Any:
                                   for x, dd in zip(pytree.tree_leaves(v), d.dims)], d.spec)
 
 
-def join(parts: list, d: Any) -> Any:
-    """One value from micro-batch values cut by ``d``: tensors
-    concatenated, a value given whole taken from the first."""
-    if d is REPLICATE:
-        return parts[0]
-    if not isinstance(d, Tree):
-        return torch.cat(parts, d)
-    cols = list(zip(*(pytree.tree_leaves(p) for p in parts)))
-    return pytree.tree_unflatten([c[0] if dd is REPLICATE else torch.cat(c, dd)
-                                  for c, dd in zip(cols, d.dims)], d.spec)
-
-
 class Chunking:
     """The validated specs of one schedule. Raises InvalidArgument naming
     a spec that is not PyTorch's."""
