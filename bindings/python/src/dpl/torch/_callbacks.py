@@ -58,8 +58,6 @@ class _Callbacks:
     def _split(self, t: Any, cut: Any) -> list | None:
         # the whole batch cut once per step (one call, like PyTorch's
         # split into micro-batches), not sliced once per callback
-        if type(cut) is int:   # the fast path: a tensor
-            return t.tensor_split(self.cuts, cut)
         return _chunks.split(t, cut, self.cuts)
 
     def _take(self, a, t: Any, pieces: list | None, cut: Any) -> Any:

@@ -43,9 +43,6 @@ class Tree:
     def __init__(self, spec: Any, dims: list):
         self.spec, self.dims = spec, dims
 
-    def __repr__(self) -> str:
-        return f"Tree({self.dims})"
-
 
 def _is_chunk(spec: Any) -> bool:
     return type(spec).__name__ == "TensorChunkSpec" and isinstance(
@@ -70,13 +67,16 @@ def _leaf_dim(v: Any, spec: Any) -> int | None:
     return spec.split_dim if _is_chunk(spec) else REPLICATE
 
 
-def _check_spec(spec: Any, what: str) -> None:
-    """Refuse a spec tree with a leaf that is no spec."""
+def _check_spec(spec: Any, what: str, merge: bool = False) -> None:
+    """Refuse a spec tree with a leaf that is no input spec
+    (TensorChunkSpec, _Replicate) or, with ``merge``, no output spec
+    (TensorChunkSpec, _CustomReducer)."""
     if spec is None:
         return
+    other, kinds = (_is_reducer, "a _CustomReducer") if merge else (_is_replicate, "_Replicate")
     for s in pytree.tree_leaves(spec, is_leaf=_is_leaf_spec):
-        if not (_is_chunk(s) or _is_replicate(s)):
-            raise _bad(f"{what}: {s!r} is not a TensorChunkSpec or _Replicate")
+        if not (_is_chunk(s) or other(s)):
+            raise _bad(f"{what}: {s!r} is not a TensorChunkSpec or {kinds}")
 
 
 def cut_of(v: Any, spec: Any, what: str) -> Any:
@@ -99,11 +99,10 @@ def cut_of(v: Any, spec: Any, what: str) -> Any:
 
 
 def _named_leaves(v: Any, d: Any, what: str) -> list[tuple[str, Any, Any]]:
+    """(name, value, cut) of each leaf of ``v`` under its cut ``d``."""
     if not isinstance(d, Tree):
         return [(what, v, d)]
-    pairs, tspec = pytree.tree_flatten_with_path(v)
-    if tspec != d.spec:
-        raise _bad(f"{what} has the structure {tspec}; the first step's had {d.spec}")
+    pairs, _ = pytree.tree_flatten_with_path(v)
     return [(what + pytree.keystr(p), x, dd) for (p, x), dd in zip(pairs, d.dims)]
 
 
@@ -114,34 +113,63 @@ def split(v: Any, d: Any, sections: Any) -> list | None:
         return None
     if not isinstance(d, Tree):
         return list(v.tensor_split(sections, d)) if torch.is_tensor(v) else None
-    leaves = [None if dd is REPLICATE else x.tensor_split(sections, dd)
-              for _, x, dd in _named_leaves(v, d, "an input")]
-    whole = pytree.tree_leaves(v)
-    n = next((len(p) for p in leaves if p is not None), 0)
+    leaves = _leaves_of(v, d)
+    cut = [None if dd is REPLICATE else x.tensor_split(sections, dd)
+           for x, dd in zip(leaves, d.dims)]
+    n = next((len(p) for p in cut if p is not None), 0)
     if n == 0:
         return None
-    return [pytree.tree_unflatten([w if p is None else p[k] for w, p in zip(whole, leaves)],
+    return [pytree.tree_unflatten([x if p is None else p[k] for x, p in zip(leaves, cut)],
                                   d.spec) for k in range(n)]
+
+
+def _leaves_of(v: Any, d: Tree) -> list:
+    leaves, tspec = pytree.tree_flatten(v)
+    if tspec != d.spec:
+        raise _bad(f"an input has the structure {tspec}; its cut was made for {d.spec}")
+    return leaves
+
+
+def _map(v: Any, d: Any, fn: Any) -> Any:
+    """``v`` with ``fn(tensor, dim)`` applied to each tensor cut by ``d``."""
+    if d is REPLICATE:
+        return v
+    if not isinstance(d, Tree):
+        return fn(v, d)
+    return pytree.tree_unflatten([x if dd is REPLICATE else fn(x, dd)
+                                  for x, dd in zip(_leaves_of(v, d), d.dims)], d.spec)
 
 
 def narrow(v: Any, d: Any, begin: int, n: int) -> Any:
     """Samples [begin, begin + n) of ``v`` along its cut."""
-    if d is REPLICATE:
-        return v
-    if not isinstance(d, Tree):
-        return v.narrow(d, begin, n)
-    return pytree.tree_unflatten([x if dd is REPLICATE else x.narrow(dd, begin, n)
-                                  for x, dd in zip(pytree.tree_leaves(v), d.dims)], d.spec)
+    return _map(v, d, lambda x, dim: x.narrow(dim, begin, n))
 
 
 def repeat(v: Any, d: Any, times: int) -> Any:
     """``v`` with its samples ``times`` times over (for a dry forward)."""
-    if d is REPLICATE:
-        return v
-    if not isinstance(d, Tree):
-        return torch.cat([v] * times, d)
-    return pytree.tree_unflatten([x if dd is REPLICATE else torch.cat([x] * times, dd)
-                                  for x, dd in zip(pytree.tree_leaves(v), d.dims)], d.spec)
+    return _map(v, d, lambda x, dim: torch.cat([x] * times, dim))
+
+
+def columns(values: list, what: str, strict: bool = True) -> tuple[Any, list]:
+    """Values of one structure (one per micro-batch), leaf by leaf: the
+    first value's structure and, per leaf, its value in each. Raises
+    InvalidArgument naming a value of another structure; ``strict=False``
+    compares leaf counts only (``tree_leaves`` costs two thirds of
+    ``tree_flatten``, which builds the structure to compare)."""
+    leaves0, tspec = pytree.tree_flatten(values[0])
+    flat = [leaves0]
+    for j, v in enumerate(values[1:], 1):
+        if strict:
+            leaves, sp = pytree.tree_flatten(v)
+            if sp != tspec:
+                raise _bad(f"{what}: micro-batch {j} has the structure {sp}; micro-batch 0 "
+                           f"has {tspec}")
+        else:
+            leaves = pytree.tree_leaves(v)
+            if len(leaves) != len(leaves0):
+                raise _bad(f"{what} differ in structure between micro-batches")
+        flat.append(leaves)
+    return tspec, [list(c) for c in zip(*flat)]
 
 
 class Chunking:
@@ -160,13 +188,8 @@ class Chunking:
             _check_spec(s, f"kwargs_chunk_spec[{k!r}]")
         self.args = None if args_spec is None else list(args_spec)
         self.kwargs = None if kwargs_spec is None else dict(kwargs_spec)
+        _check_spec(merge_spec, "output_merge_spec", merge=True)
         self.merge = merge_spec
-        if merge_spec is not None:
-            leaves = pytree.tree_leaves(merge_spec, is_leaf=_is_leaf_spec)
-            for s in leaves:
-                if not (_is_chunk(s) or _is_reducer(s)):
-                    raise _bad(f"output_merge_spec: {s!r} is not a TensorChunkSpec or a "
-                               "_CustomReducer")
 
     def arg_cut(self, i: int, v: Any) -> Any:
         """The cut of positional input ``i`` (value ``v``)."""
@@ -211,18 +234,14 @@ class Chunking:
         spec = self.merge
         if torch.is_tensor(outs[0]) and (spec is None or _is_leaf_spec(spec)):
             return _merge_one(outs, spec)   # the common case, without pytree's walk
-        leaves0, tspec = pytree.tree_flatten(outs[0])
+        tspec, cols = columns(outs, "the last stage's outputs", strict=False)
         if spec is None or _is_leaf_spec(spec):
-            specs = [spec] * len(leaves0)
+            specs = [spec] * len(cols)
         else:
             specs, sspec = pytree.tree_flatten(spec, is_leaf=_is_leaf_spec)
             if sspec != tspec:
                 raise _bad(f"output_merge_spec has the structure {sspec}; the output has {tspec}")
-        cols = list(zip(*(pytree.tree_leaves(o) for o in outs)))
-        if len(cols) != len(leaves0):
-            raise _bad("the last stage's outputs differ in structure between micro-batches")
-        return pytree.tree_unflatten([_merge_one(list(c), s) for c, s in zip(cols, specs)],
-                                     tspec)
+        return pytree.tree_unflatten([_merge_one(c, s) for c, s in zip(cols, specs)], tspec)
 
 
 def batch_of(named: list[tuple[str, Any, Any]]) -> int | None:

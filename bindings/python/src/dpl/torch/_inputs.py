@@ -17,7 +17,7 @@ from torch.utils import _pytree as pytree
 
 from ..runner import split
 from ._boundary import _bad
-from ._chunks import Chunking, Tree, default_cut
+from ._chunks import Chunking, Tree, columns, default_cut
 
 
 def _sizes(batch: int, m: int) -> list[int]:
@@ -40,17 +40,10 @@ def _join(parts: list, what: str, cut: Any) -> Any:
     taken once; a container, leaf by leaf."""
     if not isinstance(cut, Tree):
         return _join_leaf(parts, what, cut)
-    pairs, spec = pytree.tree_flatten_with_path(parts[0])
-    cols = []
-    for j, p in enumerate(parts):
-        leaves, sp = pytree.tree_flatten(p)
-        if sp != spec:
-            raise _bad(f"{what}: micro-batch {j} has the structure {sp}; micro-batch 0 has "
-                       f"{spec}")
-        cols.append(leaves)
-    return pytree.tree_unflatten(
-        [_join_leaf([c[i] for c in cols], what + pytree.keystr(path), d)
-         for i, ((path, _), d) in enumerate(zip(pairs, cut.dims))], spec)
+    tspec, cols = columns(parts, what)
+    paths = [p for p, _ in pytree.tree_flatten_with_path(parts[0])[0]]
+    return pytree.tree_unflatten([_join_leaf(c, what + pytree.keystr(p), d)
+                                  for c, p, d in zip(cols, paths, cut.dims)], tspec)
 
 
 def _join_leaf(parts: list, what: str, dim: int | None) -> Any:
@@ -104,19 +97,18 @@ def join_microbatches(m: int, args: tuple, kwargs: dict, target: Any, arg_mbs: A
                 if not isinstance(x, kind):
                     raise _bad(f"{name}[{j}] must be a {kind.__name__} "
                                f"(got {type(x).__name__})")
+    ch = chunking or Chunking(None, None, None)
     if arg_mbs is not None:
         n = len(arg_mbs[0])
         if any(len(x) != n for x in arg_mbs):
             raise _bad(f"arg_mbs: micro-batches have {sorted({len(x) for x in arg_mbs})} "
                        "positional inputs; they need the same number")
-        ch = chunking or Chunking(None, None, None)
         args = tuple(_join([x[i] for x in arg_mbs], f"arg_mbs[*][{i}]",
                            ch.arg_cut(i, arg_mbs[0][i])) for i in range(n))
     if kwarg_mbs is not None:
         keys = set(kwarg_mbs[0])
         if any(set(x) != keys for x in kwarg_mbs):
             raise _bad("kwarg_mbs: micro-batches have different keys")
-        ch = chunking or Chunking(None, None, None)
         kwargs = {k: _join([x[k] for x in kwarg_mbs], f"kwarg_mbs[*][{k!r}]",
                            ch.kwarg_cut(k, kwarg_mbs[0][k])) for k in sorted(keys)}
     if target_mbs is not None:

@@ -352,25 +352,26 @@ class PipelineScheduleMulti(_PipelineSchedule):
         if self._runner is not None:
             raise _bad("_load_csv: the schedule has stepped already; load before the first step")
         with open(filename, "rb") as f:
-            sched = Schedule.from_csv(f.read())
+            read = Schedule.from_csv(f.read())
         comms = format == "compute_comms"
-        if sched.lowered != comms:
-            sched.close()
-            raise _bad(f"_load_csv: {filename} " + ("has no SEND/RECV actions; load it as "
-                       "'compute_only'" if comms else "holds SEND/RECV actions; load it as "
-                       "'compute_comms'"))
         S = next(iter(self._stages.values())).num_stages
-        if sched.stages != S or sched.microbatches != self._n_microbatches:
-            got = (sched.stages, sched.microbatches)
-            sched.close()
-            raise _bad(f"_load_csv: {filename} schedules {got[0]} stages and {got[1]} "
-                       f"micro-batches; this schedule has {S} stages and "
-                       f"{self._n_microbatches} micro-batches")
-        if not comms:
-            low = sched.lower()
-            sched.close()
-            sched = low
-        sched.validate()
+        try:
+            if read.lowered != comms:
+                raise _bad(f"_load_csv: {filename} " + (
+                    "has no SEND/RECV actions; load it as 'compute_only'" if comms else
+                    "holds SEND/RECV actions; load it as 'compute_comms'"))
+            if read.stages != S or read.microbatches != self._n_microbatches:
+                raise _bad(f"_load_csv: {filename} schedules {read.stages} stages and "
+                           f"{read.microbatches} micro-batches; this schedule has {S} stages "
+                           f"and {self._n_microbatches} micro-batches")
+            if comms:   # run as written: checked here (lower() checks its own input)
+                read.validate()
+            sched = read if comms else read.lower()
+        except BaseException:
+            read.close()
+            raise
+        if sched is not read:
+            read.close()
         if self._loaded is not None:
             self._loaded.close()
         self._loaded = sched
@@ -383,9 +384,6 @@ class _PipelineScheduleRuntime(PipelineScheduleMulti):
     so that those scripts and their ``issubclass`` tests run unchanged."""
 
 
-_SCHEDULES: dict[str, type] = {}
-
-
 def get_schedule_class(schedule_name: str) -> type:
     """The schedule class of a name, any case (PyTorch's
     ``get_schedule_class``): "1F1B", "Interleaved1F1B", "GPipe",
@@ -395,12 +393,11 @@ def get_schedule_class(schedule_name: str) -> type:
     the name and the valid ones."""
     if not isinstance(schedule_name, str):
         raise _bad(f"schedule_name must be a str (got {type(schedule_name).__name__})")
-    cls = _SCHEDULES.get(schedule_name.lower())
-    if cls is None:
-        names = [c.__name__.removeprefix("Schedule") if c.__name__.startswith("Schedule")
-                 else c.__name__ for c in _SCHEDULES.values()]
-        raise _bad(f"unknown schedule name {schedule_name!r}; the valid names are {names}")
-    return cls
+    for name, cls in _SCHEDULES.items():
+        if name.lower() == schedule_name.lower():
+            return cls
+    raise _bad(f"unknown schedule name {schedule_name!r}; the valid names are "
+               f"{list(_SCHEDULES)}")
 
 
 class ScheduleGPipe(PipelineScheduleSingle):
@@ -462,10 +459,12 @@ class ScheduleDAPPLE(_PipelineSchedule):
                          policy=policy, replicas=replicas, **kw)
 
 
-for _c in (Schedule1F1B, ScheduleInterleaved1F1B, ScheduleGPipe, ScheduleLoopedBFS,
-           ScheduleInterleavedZeroBubble, PipelineScheduleSingle, PipelineScheduleMulti,
-           ScheduleZBVZeroBubble, ScheduleDualPipeV, ScheduleDAPPLE):
-    _SCHEDULES[_c.__name__.removeprefix("Schedule").lower()] = _c
+# get_schedule_class's names (PyTorch's, in its order), each a class's
+# name without "Schedule"
+_SCHEDULES: dict[str, type] = {c.__name__.removeprefix("Schedule"): c for c in (
+    Schedule1F1B, ScheduleInterleaved1F1B, ScheduleGPipe, ScheduleLoopedBFS,
+    ScheduleInterleavedZeroBubble, PipelineScheduleSingle, PipelineScheduleMulti,
+    ScheduleZBVZeroBubble, ScheduleDualPipeV, ScheduleDAPPLE)}
 
 
 def stage_of(rank: int, replicas: Sequence[int]) -> tuple[int, int]:

@@ -130,12 +130,12 @@ class PipelineStage:
     def call_forward(self, microbatch: int, args: tuple, kwargs: dict) -> Any:
         """Call the stage's module on ``args`` and ``kwargs``, inside the
         registered forward context if any."""
-        if not self._contexts:
-            return self.fn(*args, **kwargs)
         return self._in_context(microbatch, False, self.fn, args, kwargs)
 
     def _in_context(self, microbatch: int, inference: bool, fn: Callable, args: tuple,
                     kwargs: dict) -> Any:
+        if not self._contexts:
+            return fn(*args, **kwargs)
         factory = next(iter(self._contexts.values()))
         done = False
         with factory(PipelineStageInfo(stage_index=self.stage_index, microbatch_index=microbatch,
@@ -208,10 +208,7 @@ class PipelineStage:
             args = tuple(torch.zeros((1, *shape), dtype=dtype) for shape, dtype in in_meta.metas)
             kwargs = {}
             cut = ([0] * len(args), {})
-        if self._contexts:
-            out = self._in_context(0, True, _dry_forward, (self.fn, args, kwargs, cut), {})
-        else:
-            out = _dry_forward(self.fn, args, kwargs, cut)
+        out = self._in_context(0, True, _dry_forward, (self.fn, args, kwargs, cut), {})
         return meta_of_output(out, self.stage_index)
 
 
