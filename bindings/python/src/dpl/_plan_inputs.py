@@ -12,13 +12,12 @@ import ctypes
 import math
 import os
 import re
-import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable, Sequence, Union
 
-from ._files import _umask
+from ._files import write_atomic as _write_atomic
 from . import _plan_capi as C
 from . import errors as _errors
 from .errors import Error, InvalidArgument, check
@@ -53,27 +52,6 @@ def _num(what: str, v, lo: float = 0.0) -> float:
     if not math.isfinite(v) or v < lo:
         raise _fail(f"{what}: {v!r} is not a finite number >= {lo:g}")
     return v
-
-
-def _write_atomic(path: PathLike, text: str) -> None:
-    """Write ``text`` to ``path`` through a temporary file in the same
-    folder and a rename, so readers see the old file or the whole new one."""
-    path = Path(path)
-    d = path.parent if str(path.parent) else Path(".")
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=d)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-            f.flush()
-            os.fchmod(f.fileno(), 0o666 & ~_umask())   # mkstemp made it 0600
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
 
 
 def _read(path: PathLike, what: str) -> str:

@@ -30,12 +30,11 @@ from __future__ import annotations
 
 import ctypes
 import os
-import tempfile
 from dataclasses import dataclass
 from typing import Any, Iterator, Sequence
 from contextlib import contextmanager
 
-from ._files import _umask
+from ._files import replace_atomic
 from . import _schedule_capi as capi
 from .errors import check
 from ._schedule_capi import int_seq, to_int as _int, to_num as _num
@@ -253,26 +252,9 @@ def trace(s: Schedule, path: str | os.PathLike, *, us_per_unit: float = 0.0,
     :func:`simulate`, OSError for file-system errors."""
     if isinstance(us_per_unit, bool) or not isinstance(us_per_unit, (int, float)):
         raise TypeError(f"us_per_unit must be a number (got {us_per_unit!r})")
-    dest = os.fspath(path)
-    if isinstance(dest, bytes):
-        dest = os.fsdecode(dest)
     with _run(s, **kw) as sim:
-        d, base = os.path.split(os.path.abspath(dest))
-        fd, tmp = tempfile.mkstemp(prefix=f".{base}.", suffix=".tmp", dir=d)
-        try:
-            try:
-                os.fchmod(fd, 0o666 & ~_umask())
-            except BaseException:
-                os.close(fd)
-                raise
-            fn = capi.sim().dpl_sim_write_trace  # write_to_fd closes fd
-            capi.write_to_fd(fd, lambda f: fn(sim, f, float(us_per_unit)))
-            os.replace(tmp, dest)
-        except BaseException:
-            try:
-                os.unlink(tmp)
-            except OSError:
-                pass
-            raise
+        fn = capi.sim().dpl_sim_write_trace  # write_to_fd closes fd
+        replace_atomic(path, lambda fd: capi.write_to_fd(
+            fd, lambda f: fn(sim, f, float(us_per_unit))))
 
 
