@@ -133,20 +133,41 @@ def meta_of_output(out: Any, stage: int) -> list[tuple]:
     return metas
 
 
-def metas_of_example(example: Any, what: str) -> list[tuple]:
+def metas_of_example(example: Any, what: str, allow_none: bool = False) -> list:
     """``(per-sample shape, dtype)`` of each tensor of an example given to
-    PipelineStage (``input_args``/``output_args``): a tensor, or a tuple or
-    list of tensors with the micro-batch as first dimension."""
+    PipelineStage (``input_args``/``output_args``, and with ``allow_none``
+    the gradients ``input_grads``/``output_grads``, whose None entries
+    stay None): a tensor, or a tuple or list of tensors with the
+    micro-batch as first dimension."""
     ex = as_tuple(example)
     if not ex:
         raise _bad(f"{what}: an empty {type(example).__name__}")
-    metas = []
+    metas: list = []
     for i, t in enumerate(ex):
-        if not torch.is_tensor(t) or t.dim() < 1:
+        if t is None and allow_none:
+            metas.append(None)
+        elif not torch.is_tensor(t) or t.dim() < 1:
             raise _bad(f"{what}: value {i} must be a tensor with the micro-batch as first "
                        f"dimension (got {type(t).__name__})")
-        metas.append((tuple(t.shape[1:]), t.dtype))
+        else:
+            metas.append((tuple(t.shape[1:]), t.dtype))
     return metas
+
+
+def check_grad_metas(grads: list | None, metas: Sequence[tuple] | None, what: str) -> None:
+    """Check example gradients (``metas_of_example(..., allow_none=True)``)
+    against the tensors they are the gradients of: dpl moves a gradient
+    in its tensor's layout, so each given one must have its tensor's
+    per-sample shape and dtype. Raises InvalidArgument naming ``what``."""
+    if grads is None or metas is None:
+        return
+    if len(grads) != len(metas):
+        raise _bad(f"{what}: {len(grads)} gradients for {len(metas)} tensors")
+    for i, (g, m) in enumerate(zip(grads, metas)):
+        if g is not None and tuple(g) != tuple(m):
+            raise _bad(f"{what}: gradient {i} has per-sample shape {list(g[0])} and {g[1]}; "
+                       f"its tensor has {list(m[0])} and {m[1]} (dpl moves a gradient in its "
+                       "tensor's layout)")
 
 
 def kept_output(out: Any, buf: int | None) -> Any:

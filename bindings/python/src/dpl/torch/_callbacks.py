@@ -223,8 +223,5 @@ class _Callbacks:
                 for p in self.s._stages[stage].params()]
 
     def step(self, stage: int, iteration: int) -> None:
-        if self.s._scale_grads and self.M > 1:
-            with torch.no_grad():
-                for p in self.s._stages[stage].params():
-                    if p.grad is not None:
-                        p.grad.div_(self.M)
+        if self.s.scale_grads:
+            self.s._stages[stage].scale_grads(self.M)

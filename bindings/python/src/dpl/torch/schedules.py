@@ -38,10 +38,12 @@ import torch
 from .. import errors, world as dpl_world
 from ..runner import Runner
 from ..schedule import Schedule, schedule as build_schedule
+from . import _csv
 from ._boundary import Layout
 from ._callbacks import _Callbacks
 from ._chunks import REPLICATE, Chunking, default_cut
 from ._inputs import join_microbatches
+from ._pytorch_args import check_multi, check_policy_options, check_runtime
 from .stage import PipelineStage, _bad, split_replicas
 
 _META_BYTES = 8192
@@ -71,9 +73,12 @@ class _PipelineSchedule:
         self._stages = {s.stage_index: s for s in st}
         if len(self._stages) != len(st):
             raise _bad(f"stage indices repeat: {[s.stage_index for s in st]}")
+        check_policy_options(policy_options)
         self._n_microbatches = n_microbatches
         self._loss_fn = loss_fn
-        self._scale_grads = scale_grads
+        #: divide the gradients by the number of micro-batches after each
+        #: step (PyTorch's attribute; read at every step)
+        self.scale_grads = scale_grads
         self._policy_name = policy or self._policy
         self._replicas = list(replicas) if replicas is not None else None
         self._transport_name = transport
@@ -88,6 +93,8 @@ class _PipelineSchedule:
         # as PyTorch: without a loss_fn there is nothing to differentiate,
         # and step() runs forward-only passes like eval()
         self._has_backward = loss_fn is not None
+        for stage in st:   # PyTorch's stages carry the flag too
+            stage.has_backward = self._has_backward
         self._train = True
         self._keep_outputs = True
         self._loss_kwargs: dict = {}
@@ -207,7 +214,7 @@ class _PipelineSchedule:
             if self._runner is not None:   # the next step splits its own inputs
                 self._cb.new_step()
             for s in self._stages.values():
-                s.state.clear()
+                s.clear_runtime_states()
         if last is None:
             return None
         if losses is not None:
@@ -315,6 +322,19 @@ class _PipelineSchedule:
             pass
 
     @property
+    def pipeline_order(self) -> dict[int, list]:
+        """PyTorch's ``pipeline_order``: each pipeline rank's compute
+        actions (F, B, I, W, OVERLAP_F_B), as :class:`dpl.Action` values
+        printed in PyTorch's notation, in the order the rank runs them:
+        the schedule the steps run (the policy's, or the one
+        :meth:`PipelineScheduleMulti._load_csv` read). Unlike PyTorch's,
+        no None entries stand for idle time, and no REDUCE_GRAD: dpl's
+        runner adds its transfers and reductions itself. A new dict at
+        each access. Raises InvalidArgument as the first step would for a
+        schedule dpl cannot build."""
+        return _csv.compute_order(self)
+
+    @property
     def runner(self) -> Runner | None:
         """The dpl.Runner once the first step set it up (statistics)."""
         return self._runner
@@ -324,16 +344,41 @@ class PipelineScheduleSingle(_PipelineSchedule):
     """The schedules that run one stage per rank (PyTorch's
     ``PipelineScheduleSingle``): the base of :class:`ScheduleGPipe` and
     :class:`Schedule1F1B`. Built directly, it runs the dpl policy named by
-    ``policy=``."""
+    ``policy=``. PyTorch's arguments (``stage`` by that name), then
+    dpl's keyword-only ones (``policy=``, ``replicas=``, ``transport=``,
+    ``timeout=``, ``world=``, policy options)."""
     _policy = None
+
+    def __init__(self, stage: PipelineStage, n_microbatches: int,
+                 loss_fn: Callable | None = None, args_chunk_spec: Any = None,
+                 kwargs_chunk_spec: Any = None, output_merge_spec: Any = None,
+                 scale_grads: bool = True, **dpl_options: Any):
+        super().__init__(stage, n_microbatches, loss_fn, args_chunk_spec, kwargs_chunk_spec,
+                         output_merge_spec, scale_grads, **dpl_options)
 
 
 class PipelineScheduleMulti(_PipelineSchedule):
     """The schedules that run several stages per rank (PyTorch's
     ``PipelineScheduleMulti``): the base of the interleaved, looped,
     zero-bubble and V schedules. Built directly, it runs the dpl policy
-    named by ``policy=`` or the schedule :meth:`_load_csv` reads."""
+    named by ``policy=`` or the schedule :meth:`_load_csv` reads.
+
+    PyTorch's arguments in PyTorch's order; ``use_full_backward``
+    (deprecated there) changes nothing, ``backward_requires_autograd``
+    must be True (``_pytorch_args.py``). ``**dpl_options``: the
+    keyword-only arguments of the other classes (``policy=``,
+    ``replicas=``, ``transport=``, ``timeout=``, ``world=``, policy
+    options)."""
     _policy = None
+
+    def __init__(self, stages: PipelineStage | Sequence[PipelineStage], n_microbatches: int,
+                 loss_fn: Callable | None = None, args_chunk_spec: Any = None,
+                 kwargs_chunk_spec: Any = None, output_merge_spec: Any = None,
+                 use_full_backward: bool | None = None, scale_grads: bool = True,
+                 backward_requires_autograd: bool = True, **dpl_options: Any):
+        check_multi(use_full_backward, backward_requires_autograd)
+        super().__init__(stages, n_microbatches, loss_fn, args_chunk_spec, kwargs_chunk_spec,
+                         output_merge_spec, scale_grads, **dpl_options)
 
     def _load_csv(self, filename: Any, format: str = "compute_only") -> None:  # noqa: A002
         """Run the schedule in PyTorch's CSV file ``filename`` instead of
@@ -346,42 +391,70 @@ class PipelineScheduleMulti(_PipelineSchedule):
         at fault), one of another kind than ``format`` says, or one whose
         stages or micro-batches differ from this schedule's; OSError when
         the file cannot be read."""
-        if format not in ("compute_only", "compute_comms"):
-            raise _bad(f"_load_csv: format must be 'compute_only' or 'compute_comms' "
-                       f"(got {format!r})")
-        if self._runner is not None:
-            raise _bad("_load_csv: the schedule has stepped already; load before the first step")
-        with open(filename, "rb") as f:
-            read = Schedule.from_csv(f.read())
-        comms = format == "compute_comms"
-        S = next(iter(self._stages.values())).num_stages
-        try:
-            if read.lowered != comms:
-                raise _bad(f"_load_csv: {filename} " + (
-                    "has no SEND/RECV actions; load it as 'compute_only'" if comms else
-                    "holds SEND/RECV actions; load it as 'compute_comms'"))
-            if read.stages != S or read.microbatches != self._n_microbatches:
-                raise _bad(f"_load_csv: {filename} schedules {read.stages} stages and "
-                           f"{read.microbatches} micro-batches; this schedule has {S} stages "
-                           f"and {self._n_microbatches} micro-batches")
-            if comms:   # run as written: checked here (lower() checks its own input)
-                read.validate()
-            sched = read if comms else read.lower()
-        except BaseException:
-            read.close()
-            raise
-        if sched is not read:
-            read.close()
-        if self._loaded is not None:
-            self._loaded.close()
-        self._loaded = sched
+        _csv.load(self, filename, format)
+
+
+    def _dump_csv(self, filename: Any) -> None:
+        """Write :attr:`pipeline_order` to ``filename`` as PyTorch's
+        compute-only CSV (PyTorch's ``_dump_csv``): one line per pipeline
+        rank, what :meth:`_load_csv` reads back. Written to a temporary
+        file beside it and renamed, so a failure leaves no partial file.
+        Raises OSError when it cannot be written."""
+        _csv.dump(self, filename, "compute_only")
 
 
 class _PipelineScheduleRuntime(PipelineScheduleMulti):
     """PyTorch's ``_PipelineScheduleRuntime``, the class scripts build to
     run a CSV file (``_load_csv``) and the base of its classes with several
     stages per rank: here :class:`PipelineScheduleMulti` under that name,
-    so that those scripts and their ``issubclass`` tests run unchanged."""
+    so that those scripts and their ``issubclass`` tests run unchanged.
+
+    Takes :class:`PipelineScheduleMulti`'s arguments and PyTorch's
+    runtime ones, ``defer_pp_recv``, ``max_active_stages``,
+    ``unshard_lookahead``, ``defer_reduce_grad_wait`` and
+    ``max_outstanding_sends``: checked as PyTorch checks them, and
+    without effect here (dpl's runner places its transfers by the lowered
+    lists and holds no FSDP state; ``_pytorch_args.py``)."""
+
+    def __init__(self, *args: Any, defer_pp_recv: bool = False, max_active_stages: int = 3,
+                 unshard_lookahead: Any = "full", defer_reduce_grad_wait: bool = False,
+                 max_outstanding_sends: int | None = None, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        stage = next(iter(self._stages.values()))
+        check_runtime(stage.num_stages // len(self._stages), defer_pp_recv, max_active_stages,
+                      unshard_lookahead, defer_reduce_grad_wait, max_outstanding_sends)
+
+
+    def _dump_csv(self, filename: Any, format: str = "compute_comms") -> None:  # noqa: A002
+        """Write the schedule to ``filename`` as PyTorch's CSV (PyTorch's
+        ``_dump_csv``): ``format`` "compute_comms" (the default, as
+        PyTorch's: the lowered lists in the form its runtime loads, with
+        sends, receives and their waits) or "compute_only". Written
+        atomically (a temporary file renamed). Raises InvalidArgument
+        naming a bad ``format``, OSError when the file cannot be
+        written."""
+        _csv.dump(self, filename, format)
+
+
+class _Runtime(_PipelineScheduleRuntime):
+    """The constructor PyTorch's interleaved, zero-bubble and V classes
+    share, in PyTorch's order (the arguments: :class:`PipelineScheduleMulti`
+    and :class:`_PipelineScheduleRuntime`)."""
+
+    def __init__(self, stages: PipelineStage | Sequence[PipelineStage], n_microbatches: int,
+                 loss_fn: Callable | None = None, args_chunk_spec: Any = None,
+                 kwargs_chunk_spec: Any = None, output_merge_spec: Any = None,
+                 scale_grads: bool = True, backward_requires_autograd: bool = True,
+                 defer_pp_recv: bool = False, max_active_stages: int = 3,
+                 unshard_lookahead: Any = "full", *, defer_reduce_grad_wait: bool = False,
+                 max_outstanding_sends: int | None = None, **dpl_options: Any):
+        tuning = dict(defer_pp_recv=defer_pp_recv, max_active_stages=max_active_stages,
+                      unshard_lookahead=unshard_lookahead,
+                      defer_reduce_grad_wait=defer_reduce_grad_wait,
+                      max_outstanding_sends=max_outstanding_sends)
+        super().__init__(stages, n_microbatches, loss_fn, args_chunk_spec, kwargs_chunk_spec,
+                         output_merge_spec, None, scale_grads, backward_requires_autograd,
+                         **tuning, **dpl_options)
 
 
 def get_schedule_class(schedule_name: str) -> type:
@@ -410,33 +483,49 @@ class Schedule1F1B(PipelineScheduleSingle):
     _policy = "1f1b"
 
 
-class ScheduleInterleaved1F1B(_PipelineScheduleRuntime):
+class ScheduleInterleaved1F1B(_Runtime):
     """Interleaved 1F1B over several stages per rank (``ScheduleInterleaved1F1B``):
     rank r holds stages r, r + P, r + 2P, ..."""
     _policy = "interleaved"
 
 
-class ScheduleLoopedBFS(_PipelineScheduleRuntime):
+class ScheduleLoopedBFS(_Runtime):
     """Breadth-first over several stages per rank (``ScheduleLoopedBFS``):
     every forward of a rank's first stage, then its next, ...; rank r holds
-    stages r, r + P, ..."""
+    stages r, r + P, ... PyTorch's constructor takes no input chunk specs:
+    ``output_merge_spec`` is the fourth argument, and dpl's
+    ``args_chunk_spec``/``kwargs_chunk_spec`` are keyword-only."""
     _policy = "looped-bfs"
 
+    def __init__(self, stages: PipelineStage | Sequence[PipelineStage], n_microbatches: int,
+                 loss_fn: Callable | None = None, output_merge_spec: Any = None,
+                 scale_grads: bool = True, backward_requires_autograd: bool = True,
+                 defer_pp_recv: bool = False, max_active_stages: int = 3,
+                 unshard_lookahead: Any = "full", *, defer_reduce_grad_wait: bool = False,
+                 max_outstanding_sends: int | None = None, args_chunk_spec: Any = None,
+                 kwargs_chunk_spec: Any = None, **dpl_options: Any):
+        # _Runtime's constructor with the specs where PyTorch's other classes take them
+        super().__init__(stages, n_microbatches, loss_fn, args_chunk_spec, kwargs_chunk_spec,
+                         output_merge_spec, scale_grads, backward_requires_autograd,
+                         defer_pp_recv, max_active_stages, unshard_lookahead,
+                         defer_reduce_grad_wait=defer_reduce_grad_wait,
+                         max_outstanding_sends=max_outstanding_sends, **dpl_options)
 
-class ScheduleInterleavedZeroBubble(_PipelineScheduleRuntime):
+
+class ScheduleInterleavedZeroBubble(_Runtime):
     """Interleaved 1F1B with the backward split into input and weight
     gradients (``ScheduleInterleavedZeroBubble``, ZB1P); rank r holds
     stages r, r + P, ..."""
     _policy = "interleaved-zb"
 
 
-class ScheduleZBVZeroBubble(_PipelineScheduleRuntime):
+class ScheduleZBVZeroBubble(_Runtime):
     """Zero-bubble V (``ScheduleZBVZeroBubble``): two stages per rank, rank
     r holding stages r and 2P - 1 - r, backward split into I and W."""
     _policy = "zbv"
 
 
-class ScheduleDualPipeV(_PipelineScheduleRuntime):
+class ScheduleDualPipeV(_Runtime):
     """DualPipeV (``ScheduleDualPipeV``): two stages per rank, rank r
     holding stages r and 2P - 1 - r, a forward of one paired with the full
     backward of the other through the steady state, I/W split in the

@@ -21,7 +21,7 @@ import torch
 from torch.utils import _pytree as pytree
 from torch.utils.hooks import RemovableHandle
 
-from ._boundary import Layout, _bad, meta_of_output, metas_of_example
+from ._boundary import Layout, _bad, check_grad_metas, meta_of_output, metas_of_example
 from ._chunks import narrow, repeat
 
 __all__ = ["PipelineStage", "PipelineStageInfo", "build_stage"]
@@ -62,18 +62,29 @@ class PipelineStage:
             against this when given.
         output_args: an example output (a tensor or a tuple of them), to
             skip shape inference for the output; optional.
+        output_grads, input_grads: example gradients of the outputs and
+            inputs (None entries allowed), as PyTorch takes them; optional.
+            dpl moves a gradient in its tensor's layout, so each one given
+            must have the per-sample shape and dtype of its tensor
+            (checked against ``output_args``/``input_args`` here, else at
+            the first step).
         group: accepted for compatibility with PyTorch; ignored (dpl's
             world comes from ``world`` or :func:`dpl.world.current`).
-        world: a :class:`dpl.world.World` to run in (default: found when
-            the schedule first steps).
+        dw_builder: must be None: PyTorch's custom weight-gradient
+            runners; dpl.torch computes weight gradients with autograd.
+        get_mesh: accepted for compatibility with PyTorch (used there
+            for DTensor stages only); ignored.
+        world: keyword-only, a :class:`dpl.world.World` to run in
+            (default: found when the schedule first steps).
 
-    Raises InvalidArgument naming a bad index or count. Not thread-safe:
-    one thread (the rank's) uses a stage.
+    Raises InvalidArgument naming a bad index, count, example or a
+    ``dw_builder``. Not thread-safe: one thread (the rank's) uses a stage.
     """
 
     def __init__(self, submodule: torch.nn.Module, stage_index: int, num_stages: int,
                  device: Any = "cpu", input_args: Any = None, output_args: Any = None,
-                 group: Any = None, dw_builder: Any = None, world: Any = None):
+                 output_grads: Any = None, input_grads: Any = None, group: Any = None,
+                 dw_builder: Any = None, get_mesh: Any = None, *, world: Any = None):
         if not isinstance(submodule, torch.nn.Module):
             raise _bad(f"submodule must be an nn.Module (got {type(submodule).__name__})")
         for name, v in (("stage_index", stage_index), ("num_stages", num_stages)):
@@ -87,6 +98,9 @@ class PipelineStage:
         if dev.type != "cpu":
             raise _bad(f"device {device!r}: dpl.torch runs stages on the CPU today "
                        "(the CUDA device module is not in this build)")
+        if dw_builder is not None:
+            raise _bad(f"stage {stage_index}: dw_builder is not supported: dpl.torch computes "
+                       "weight gradients with autograd (pass None)")
         self.submod = submodule
         self.fn: torch.nn.Module = submodule   # what the schedule calls
         self.stage_index = stage_index
@@ -95,10 +109,20 @@ class PipelineStage:
         self.is_first = stage_index == 0
         self.is_last = stage_index == num_stages - 1
         self.world = world
+        #: whether the schedule runs backward passes (it has a loss_fn);
+        #: set by the schedule, as PyTorch's
+        self.has_backward = False
         self._in_meta = metas_of_example(input_args, f"stage {stage_index} input_args") \
             if input_args is not None and not self.is_first else None
         self._out_meta = metas_of_example(output_args, f"stage {stage_index} output_args") \
             if output_args is not None and not self.is_last else None
+        self._in_grads = metas_of_example(input_grads, f"stage {stage_index} input_grads", True) \
+            if input_grads is not None and not self.is_first else None
+        self._out_grads = metas_of_example(output_grads, f"stage {stage_index} output_grads",
+                                           True) \
+            if output_grads is not None and not self.is_last else None
+        check_grad_metas(self._in_grads, self._in_meta, f"stage {stage_index} input_grads")
+        check_grad_metas(self._out_grads, self._out_meta, f"stage {stage_index} output_grads")
         self.in_meta: Layout | None = None   # what it receives and sends, once known
         self.out_meta: Layout | None = None
         self._params: list[torch.nn.Parameter] | None = None
@@ -149,6 +173,28 @@ class PipelineStage:
                                "exceptions")
         return out
 
+    def scale_grads(self, grad_scale_factor: int) -> None:
+        """Divide every gradient of the submodule's parameters by
+        ``grad_scale_factor`` (PyTorch's ``scale_grads``): what a schedule
+        built with ``scale_grads=True`` does after each step, for a script
+        that builds it with False and scales itself. Call it once per step,
+        after the step. Raises InvalidArgument for a factor that is not a
+        positive number."""
+        f = grad_scale_factor
+        if isinstance(f, bool) or not isinstance(f, (int, float)) or not f > 0:
+            raise _bad(f"grad_scale_factor must be a positive number (got {f!r})")
+        if f != 1:
+            with torch.no_grad():
+                for p in self.submod.parameters():
+                    if p.grad is not None:
+                        p.grad.div_(f)
+
+    def clear_runtime_states(self) -> None:
+        """Drop the autograd state the stage keeps between a micro-batch's
+        forward and its backward (PyTorch's ``clear_runtime_states``; a
+        step clears it when it ends, failed or not)."""
+        self.state.clear()
+
     # parameters whose gradients dpl reduces, in a fixed order
     def params(self) -> list[torch.nn.Parameter]:
         """The submodule's parameters that require grad, in module order."""
@@ -186,6 +232,11 @@ class PipelineStage:
         if self._in_meta is not None and in_meta is not None and self._in_meta != in_meta.metas:
             raise _bad(f"stage {self.stage_index}: input_args describe {self._in_meta}; "
                        f"stage {self.stage_index - 1} sends {in_meta.metas}")
+        if in_meta is not None:
+            check_grad_metas(self._in_grads, in_meta.metas, f"stage {self.stage_index} input_grads")
+        if out_meta is not None:
+            check_grad_metas(self._out_grads, out_meta.metas,
+                             f"stage {self.stage_index} output_grads")
         self.in_meta, self.out_meta = in_meta, out_meta
 
     def infer_output(self, in_meta: Layout | None, sample_args: tuple, sample_kwargs: dict,
