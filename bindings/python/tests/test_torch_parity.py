@@ -124,6 +124,19 @@ class PairLast(torch.nn.Module):
         return self.lin(h), h.pow(2).sum(1)
 
 
+class MaskedPart(torch.nn.Module):
+    """A stage that takes the step's keyword mask: PyTorch hands a step's
+    keyword inputs to every stage of the rank, the first or not."""
+
+    def __init__(self, a, b, last):
+        super().__init__()
+        self.lin, self.last = torch.nn.Linear(a, b), last
+
+    def forward(self, h, mask):
+        y = self.lin(h)
+        return y * mask[:, :y.shape[1]] if self.last else torch.tanh(y) * mask
+
+
 def extra_of(x):
     """The container the nested variant's first stage takes with x."""
     cols = (x[:, :1] * 0.1).expand(-1, WIDTHS[1]).t().contiguous()
@@ -139,6 +152,11 @@ def chain(parts, x, variant=""):
     if variant == "nested":
         x = parts[0](x, extra=extra_of(x))
         parts = parts[1:]
+    if variant == "masked":
+        m = mask_of(x)
+        for p in parts:
+            x = p(x, mask=m)
+        return x
     for p in parts:
         x = p(*x) if isinstance(x, tuple) else p(x)
     return x
@@ -149,6 +167,10 @@ def build_parts(n_stages, variant=""):
     stages that hand the next a tuple of tensors ("tuples"); or a first
     stage taking a container and a last returning a tuple ("nested")."""
     torch.manual_seed(7)
+    if variant == "masked":
+        return [MaskedPart(WIDTHS[0] if s == 0 else WIDTHS[1],
+                           WIDTHS[-1] if s == n_stages - 1 else WIDTHS[1], s == n_stages - 1)
+                for s in range(n_stages)]
     if variant == "nested":
         return [NestedFirst()] + [torch.nn.Sequential(torch.nn.Linear(WIDTHS[1], WIDTHS[1]),
                                                       torch.nn.Tanh())
@@ -274,6 +296,14 @@ def train(name, rank, world):
         sched = cls(stages if per_rank > 1 else stages[0], MICROBATCHES,
                     loss_fn=nested_loss, args_chunk_spec=(TensorChunkSpec(0),),
                     kwargs_chunk_spec=spec)
+    elif variant == "pytorchargs":   # PyTorch's own arguments; gradients scaled by hand
+        if per_rank > 1:
+            sched = cls(stages, MICROBATCHES, loss_fn=torch.nn.MSELoss(), scale_grads=False,
+                        backward_requires_autograd=True, defer_pp_recv=True,
+                        max_active_stages=2, unshard_lookahead="auto",
+                        max_outstanding_sends=4)
+        else:   # by position: scale_grads is the seventh
+            sched = cls(stages[0], MICROBATCHES, torch.nn.MSELoss(), None, None, None, False)
     else:
         sched = cls(stages if per_rank > 1 else stages[0], MICROBATCHES,
                     loss_fn=torch.nn.MSELoss())
@@ -287,9 +317,12 @@ def train(name, rank, world):
         losses = []
         if n_stages - 1 in mine:
             kw.update(target=y, losses=losses)
-        if variant == "traced" and 0 in mine:
+        if (variant == "traced" and 0 in mine) or variant == "masked":   # masked: every rank
             kw["mask"] = mask_of(x)
         sched.step(*args, **kw)
+        if variant == "pytorchargs":
+            for st in stages:
+                st.scale_grads(MICROBATCHES)
         opt.step()
         all_losses.append([float(l) for l in losses])
     result = {{"params": {{s: [p.detach().clone() for p in parts[s].parameters()]
@@ -423,13 +456,24 @@ CONTEXT_NAMES = ["ScheduleGPipe:context", "Schedule1F1B:context",
 # its set-up ("unexpected keyword argument 'extra'"), so it is left out
 # here (test_torch_chunks.py checks containers on dpl.torch alone)
 NESTED_NAMES = ["ScheduleGPipe:nested", "Schedule1F1B:nested"]
+# the same script built with PyTorch's own constructor arguments: the
+# multi-stage classes' runtime tuning (defer_pp_recv, max_active_stages,
+# unshard_lookahead, max_outstanding_sends), scale_grads=False by position
+# or name, and each stage's scale_grads(M) called after the step
+# the same script with a keyword mask that every rank passes to step() and
+# every stage takes (PyTorch hands a step's keyword inputs to every stage
+# of the rank)
+MASKED_NAMES = ["ScheduleGPipe:masked", "Schedule1F1B:masked", "ScheduleInterleaved1F1B:masked"]
+ARGS_NAMES = ["ScheduleGPipe:pytorchargs", "Schedule1F1B:pytorchargs",
+              "ScheduleInterleaved1F1B:pytorchargs", "ScheduleLoopedBFS:pytorchargs"]
 
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory) -> dict:
     """Both sides, every schedule: one launch per side."""
     tmp = tmp_path_factory.mktemp("parity")
-    names = NAMES + TUPLE_NAMES + TRACED_NAMES + CONTEXT_NAMES + NESTED_NAMES
+    names = NAMES + TUPLE_NAMES + TRACED_NAMES + CONTEXT_NAMES + NESTED_NAMES + ARGS_NAMES + \
+        MASKED_NAMES
     return {"torch": _launch(TORCH_IMPORT, names, tmp, "torch"),
             "dpl": _launch(DPL_IMPORT, names, tmp, "dpl")}
 
@@ -497,7 +541,7 @@ def _worst(got: dict, want: dict) -> float:
 
 
 @pytest.mark.parametrize("name", NAMES + TUPLE_NAMES + TRACED_NAMES + CONTEXT_NAMES +
-                         NESTED_NAMES)
+                         NESTED_NAMES + ARGS_NAMES + MASKED_NAMES)
 def test_same_script_same_parameters(name, runs):
     n_stages = _stages_of(name)
     variant = name.partition(":")[2]

@@ -48,12 +48,13 @@ class _Callbacks:
         at = {0: 0, **{c: i + 1 for i, c in enumerate(cuts)}}
         self.cuts = cuts
         self.piece = [at.get(b, 0) for b, _ in self.ranges]   # empty ones: never called
-        self.split_args: tuple | None = None    # this step's inputs, split
+        self.split_args: list | None = None     # this step's positional inputs, split
+        self.split_kwargs: dict | None = None   # its keyword inputs, split
         self.split_target: tuple | None = None
 
     def new_step(self) -> None:
         """Forget the last step's split inputs and target."""
-        self.split_args = self.split_target = None
+        self.split_args = self.split_kwargs = self.split_target = None
 
     def _split(self, t: Any, cut: Any) -> list | None:
         # the whole batch cut once per step (one call, like PyTorch's
@@ -69,31 +70,38 @@ class _Callbacks:
             return _chunks.narrow(t, cut, a.begin, a.end - a.begin)
         return pieces[self.piece[j]]
 
+    def _kwargs(self, st: PipelineStage, a) -> dict:
+        # the step's keyword inputs reach every stage of the rank (PyTorch's rule)
+        kwargs = self.s._kwargs
+        if not kwargs or not st.step_kwargs:
+            return {}
+        kd = self.s._dims[1]
+        sp = self.split_kwargs
+        if sp is None:
+            sp = self.split_kwargs = {k: self._split(v, kd[k]) for k, v in kwargs.items()}
+        return {k: self._take(a, v, sp[k], kd[k]) for k, v in kwargs.items()}
+
     def _inputs(self, st: PipelineStage, a) -> tuple:
         n = a.end - a.begin
         if st.is_first:
             sp = self.split_args
-            ad, kd = self.s._dims
+            ad = self.s._dims[0]
             if sp is None:
-                sp = self.split_args = (
-                    [self._split(t, d) for t, d in zip(self.s._args, ad)],
-                    {k: self._split(v, kd[k]) for k, v in self.s._kwargs.items()})
-            args = tuple([self._take(a, t, p, d) for t, p, d in zip(self.s._args, sp[0], ad)])
-            kw = {k: self._take(a, v, sp[1][k], kd[k]) for k, v in self.s._kwargs.items()} \
-                if self.s._kwargs else {}
-            return args, kw, None
+                sp = self.split_args = [self._split(t, d) for t, d in zip(self.s._args, ad)]
+            args = tuple([self._take(a, t, p, d) for t, p, d in zip(self.s._args, sp, ad)])
+            return args, self._kwargs(st, a), None
         lay = st.in_meta
         if lay.single:   # the fast path (a call of this is some tenths of a us dearer)
             shape, dtype = lay.metas[0]
             v = a.tensor("input", dtype, (n, *shape))
             vs = (v,) if not self.s._train else \
                 (v.detach().requires_grad_(lay.grad_mask[0]),)
-            return vs, {}, vs
+            return vs, self._kwargs(st, a), vs
         vs = lay.views(a, "input", n)
         if not self.s._train:   # a forward-only pass: the views, no graph
-            return vs, {}, vs
+            return vs, self._kwargs(st, a), vs
         inp = tuple([v.detach().requires_grad_(g) for v, g in zip(vs, lay.grad_mask)])
-        return inp, {}, inp
+        return inp, self._kwargs(st, a), inp
 
     def forward(self, a) -> None:
         st = self.s._stages[a.stage]

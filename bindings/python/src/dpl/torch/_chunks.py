@@ -210,18 +210,30 @@ class Chunking:
         if self.args is not None and len(self.args) != len(args):
             raise _bad(f"args_chunk_spec has {len(self.args)} specs for {len(args)} "
                        "positional inputs")
-        if self.kwargs is not None and set(self.kwargs) != set(kwargs):
-            raise _bad(f"kwargs_chunk_spec has keys {sorted(self.kwargs)} for keyword inputs "
-                       f"{sorted(kwargs)}")
         ad = [self.arg_cut(i, a) for i, a in enumerate(args)]
-        kd = {k: self.kwarg_cut(k, v) for k, v in kwargs.items()}
+        kd, named = self._kwarg_cuts(kwargs)
         named = [x for i, (a, d) in enumerate(zip(args, ad))
-                 for x in _named_leaves(a, d, f"positional input {i}")] + \
-            [x for k, d in kd.items() for x in _named_leaves(kwargs[k], d, f"keyword input {k!r}")]
+                 for x in _named_leaves(a, d, f"positional input {i}")] + named
         batch = batch_of(named)
         if batch is None:
             raise _bad("the first stage's inputs hold no tensor to split into micro-batches")
         return (ad, kd), batch
+
+    def cut_kwargs(self, kwargs: dict) -> tuple[tuple, int | None]:
+        """:meth:`cut` for a rank without the first stage, whose step
+        passes keyword inputs only (PyTorch hands them to every stage of
+        the rank): the positional specs are the first stage's business,
+        and the batch is None when no keyword input is cut."""
+        kd, named = self._kwarg_cuts(kwargs)
+        return ([], kd), batch_of(named)
+
+    def _kwarg_cuts(self, kwargs: dict) -> tuple[dict, list]:
+        if self.kwargs is not None and set(self.kwargs) != set(kwargs):
+            raise _bad(f"kwargs_chunk_spec has keys {sorted(self.kwargs)} for keyword inputs "
+                       f"{sorted(kwargs)}")
+        kd = {k: self.kwarg_cut(k, v) for k, v in kwargs.items()}
+        return kd, [x for k, d in kd.items()
+                    for x in _named_leaves(kwargs[k], d, f"keyword input {k!r}")]
 
     def merge_outputs(self, outs: list) -> Any:
         """The last stage's micro-batch outputs as one, by the merge spec

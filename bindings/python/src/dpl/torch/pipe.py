@@ -92,14 +92,16 @@ def build_stage(stage_module: torch.nn.Module, stage_index: int, pipe_info: Any,
     ``stage_module`` itself; what it hands dpl is its outputs plus what
     later stages need (the module docstring). When a later stage uses a
     model input that the first stage's module does not take, the first
-    stage takes the model's inputs, as the traced model does. Raises
-    InvalidArgument when the model's output uses a value made before the
-    last stage."""
+    stage takes the model's inputs, as the traced model does; the step's
+    keyword inputs go to the first stage only (later stages get the
+    model's inputs through the split graph). Raises InvalidArgument when
+    the model's output uses a value made before the last stage."""
     num_stages = pipe_info.num_stages
     _check_index(stage_index, num_stages)
     plan = _Plan(pipe_info.graph, num_stages)
     st = PipelineStage(stage_module, stage_index, num_stages, device, group=group)
     st.set_call(_Carry(stage_module, plan, stage_index))
+    st.step_kwargs = stage_index == 0   # later stages get model inputs through the graph
     return st
 
 

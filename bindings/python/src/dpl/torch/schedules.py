@@ -8,7 +8,8 @@ micro-batch count the policy accepts).
 ``step(*args, target=None, losses=None, ...)`` and ``eval(...)`` have
 PyTorch's semantics (pre-split ``arg_mbs``/``kwarg_mbs``/``target_mbs``,
 ``loss_kwargs``, ``return_outputs``; without a ``loss_fn`` a step is a
-forward-only pass, as ``eval``): the
+forward-only pass, as ``eval``; keyword inputs reach every stage of the
+rank they are given on): the
 first stage takes the whole batch and splits it into micro-batches along
 dimension 0, or as ``args_chunk_spec``/``kwargs_chunk_spec`` say (sizes
 differ by at most one, larger first, as ``torch.tensor_split``;
@@ -108,7 +109,9 @@ class _PipelineSchedule:
         """Run one iteration (forward and backward of every micro-batch).
 
         Args: the whole batch's inputs on the first stage (positional and
-        keyword); ``target`` and ``losses`` (a list to append the
+        keyword; keyword inputs given on any rank reach every stage of
+        that rank, cut into micro-batches as the first stage's are, as in
+        PyTorch); ``target`` and ``losses`` (a list to append the
         per-micro-batch losses to) on the last. Or, instead of the whole
         batch, ``arg_mbs``/``kwarg_mbs``/``target_mbs``: one entry per
         micro-batch, of the sizes dpl splits into (``torch.tensor_split``'s).
@@ -177,8 +180,10 @@ class _PipelineSchedule:
             if not args and not kwargs:
                 raise _bad("the first stage's step() and eval() need the batch's inputs")
             self._dims, b = ch.cut(args, kwargs)
-        else:
+            kb = None
+        else:   # keyword inputs reach every stage of the rank, as in PyTorch
             b = None
+            self._dims, kb = ch.cut_kwargs(kwargs) if kwargs else (([], {}), None)
         if train and last is not None and target is None:
             raise _bad("the last stage's step() needs target= when loss_fn is given")
         # a target is cut as an input without a spec (its tensors along 0)
@@ -195,6 +200,9 @@ class _PipelineSchedule:
             elif b is not None and b != self._batch:
                 raise _bad(f"batch of {b} samples; the first step had {self._batch} "
                            "(dpl fixes the batch at the first step or eval)")
+            if kb is not None and kb != self._batch:
+                raise _bad(f"keyword inputs of {kb} samples; the batch has {self._batch} "
+                           "(the first stage's inputs)")
             if train:
                 if self._reduce:
                     for s in self._stages.values():
@@ -254,7 +262,8 @@ class _PipelineSchedule:
                 st = self._stages[s]
                 in_meta = metas[s - 1] if s > 0 else None
                 st.in_meta = in_meta
-                out = st.infer_output(in_meta, args, kwargs, self._dims) \
+                out = st.infer_output(in_meta, args, kwargs if st.step_kwargs else {},
+                                      self._dims) \
                     if not st.is_last else None
                 d = {"outs": Layout(out).to_json() if out else None}
                 if s == 0:

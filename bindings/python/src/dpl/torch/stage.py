@@ -112,6 +112,11 @@ class PipelineStage:
         #: whether the schedule runs backward passes (it has a loss_fn);
         #: set by the schedule, as PyTorch's
         self.has_backward = False
+        #: whether the step's keyword inputs reach this stage's forward:
+        #: PyTorch hands them to every stage of the rank; a later stage of
+        #: a traced split (build_stage) gets its model inputs through the
+        #: split graph instead
+        self.step_kwargs = True
         self._in_meta = metas_of_example(input_args, f"stage {stage_index} input_args") \
             if input_args is not None and not self.is_first else None
         self._out_meta = metas_of_example(output_args, f"stage {stage_index} output_args") \
@@ -244,21 +249,22 @@ class PipelineStage:
         """(per-sample shape, dtype) of each tensor of this stage's output,
         from output_args or by running the submodule on meta tensors
         (falling back to a real forward of zeros without grad, buffers
-        restored). The first stage runs on one sample of ``sample_args``
-        and ``sample_kwargs``, cut by ``dims`` (each input's cut:
-        ``Chunking.cut``'s).
+        restored). The first stage runs on one sample of ``sample_args``,
+        a later one on one sample of zeros as its input, both with one
+        sample of ``sample_kwargs`` (the step's keyword inputs this stage
+        takes), each cut by ``dims`` (``Chunking.cut``'s or
+        ``cut_kwargs``'s).
         Raises InvalidArgument when the output is not tensors."""
         if self._out_meta is not None:
             return self._out_meta
+        ad, kd = dims
+        kwargs = {k: narrow(v, kd[k], 0, 1) for k, v in sample_kwargs.items()}
         if self.is_first:
-            ad, kd = dims
             args = tuple(narrow(a, d, 0, 1) for a, d in zip(sample_args, ad))
-            kwargs = {k: narrow(v, kd[k], 0, 1) for k, v in sample_kwargs.items()}
-            cut = (ad, kd)
         else:
             args = tuple(torch.zeros((1, *shape), dtype=dtype) for shape, dtype in in_meta.metas)
-            kwargs = {}
-            cut = ([0] * len(args), {})
+            ad = [0] * len(args)
+        cut = (ad, {k: kd[k] for k in kwargs})
         out = self._in_context(0, True, _dry_forward, (self.fn, args, kwargs, cut), {})
         return meta_of_output(out, self.stage_index)
 
