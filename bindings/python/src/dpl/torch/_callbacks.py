@@ -90,18 +90,19 @@ class _Callbacks:
                 sp = self.split_args = [self._split(t, d) for t, d in zip(self.s._args, ad)]
             args = tuple([self._take(a, t, p, d) for t, p, d in zip(self.s._args, sp, ad)])
             return args, self._kwargs(st, a), None
+        kw = self._kwargs(st, a) if self.s._kwargs else {}
         lay = st.in_meta
         if lay.single:   # the fast path (a call of this is some tenths of a us dearer)
             shape, dtype = lay.metas[0]
             v = a.tensor("input", dtype, (n, *shape))
             vs = (v,) if not self.s._train else \
                 (v.detach().requires_grad_(lay.grad_mask[0]),)
-            return vs, self._kwargs(st, a), vs
+            return vs, kw, vs
         vs = lay.views(a, "input", n)
         if not self.s._train:   # a forward-only pass: the views, no graph
-            return vs, self._kwargs(st, a), vs
+            return vs, kw, vs
         inp = tuple([v.detach().requires_grad_(g) for v, g in zip(vs, lay.grad_mask)])
-        return inp, self._kwargs(st, a), inp
+        return inp, kw, inp
 
     def forward(self, a) -> None:
         st = self.s._stages[a.stage]
