@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable, Sequence, Union
 
-from ._files import write_atomic as _write_atomic
+from ._files import write_atomic
 from . import _plan_capi as C
 from . import errors as _errors
 from .errors import Error, InvalidArgument, check
@@ -255,7 +255,7 @@ class Profile:
     def save(self, path: PathLike) -> None:
         """Write the profile to ``path`` (JSON when it ends in ".json",
         else the text format) through a temporary file and a rename."""
-        _write_atomic(path, self.to_json() if os.fspath(path).endswith(".json") else self.to_text())
+        write_atomic(path, self.to_json() if os.fspath(path).endswith(".json") else self.to_text())
 
     def __repr__(self) -> str:
         return (f"<dpl.Profile {self.name!r}: {len(self)} layers, {len(self._edges)} edges"

@@ -27,7 +27,8 @@ from typing import Sequence
 from . import _plan_capi as C
 from . import errors as _errors
 from ._plan_inputs import (HOST_BANDWIDTH, HOST_LATENCY, Cluster, Layer,  # noqa: F401
-                           PathLike, Profile, _fail, _int, _num, _read, _write_atomic)
+                           PathLike, Profile, _fail, _int, _num, _read)
+from ._files import write_atomic
 from .errors import Error, check
 
 __all__ = ["Cluster", "Layer", "Plan", "PlanStage", "Profile", "plan",
@@ -230,7 +231,7 @@ class Plan:
     def save(self, path: PathLike) -> None:
         """Write :meth:`to_json` to ``path`` through a temporary file in
         the same folder and a rename. Blocks on the file system."""
-        _write_atomic(path, self.to_json())
+        write_atomic(path, self.to_json())
 
     @classmethod
     def parse(cls, text: str, source: str = "plan") -> "Plan":

@@ -164,7 +164,7 @@ def check_grad_metas(grads: list | None, metas: Sequence[tuple] | None, what: st
     if len(grads) != len(metas):
         raise _bad(f"{what}: {len(grads)} gradients for {len(metas)} tensors")
     for i, (g, m) in enumerate(zip(grads, metas)):
-        if g is not None and tuple(g) != tuple(m):
+        if g is not None and g != m:
             raise _bad(f"{what}: gradient {i} has per-sample shape {list(g[0])} and {g[1]}; "
                        f"its tensor has {list(m[0])} and {m[1]} (dpl moves a gradient in its "
                        "tensor's layout)")

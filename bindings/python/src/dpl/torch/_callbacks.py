@@ -70,11 +70,9 @@ class _Callbacks:
             return _chunks.narrow(t, cut, a.begin, a.end - a.begin)
         return pieces[self.piece[j]]
 
-    def _kwargs(self, st: PipelineStage, a) -> dict:
-        # the step's keyword inputs reach every stage of the rank (PyTorch's rule)
+    def _kwargs(self, a) -> dict:
+        # the step's keyword inputs, for every stage of the rank (PyTorch's rule)
         kwargs = self.s._kwargs
-        if not kwargs or not st.step_kwargs:
-            return {}
         kd = self.s._dims[1]
         sp = self.split_kwargs
         if sp is None:
@@ -83,14 +81,14 @@ class _Callbacks:
 
     def _inputs(self, st: PipelineStage, a) -> tuple:
         n = a.end - a.begin
+        kw = self._kwargs(a) if self.s._kwargs else {}
         if st.is_first:
             sp = self.split_args
             ad = self.s._dims[0]
             if sp is None:
                 sp = self.split_args = [self._split(t, d) for t, d in zip(self.s._args, ad)]
             args = tuple([self._take(a, t, p, d) for t, p, d in zip(self.s._args, sp, ad)])
-            return args, self._kwargs(st, a), None
-        kw = self._kwargs(st, a) if self.s._kwargs else {}
+            return args, kw, None
         lay = st.in_meta
         if lay.single:   # the fast path (a call of this is some tenths of a us dearer)
             shape, dtype = lay.metas[0]

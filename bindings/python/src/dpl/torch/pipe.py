@@ -101,7 +101,6 @@ def build_stage(stage_module: torch.nn.Module, stage_index: int, pipe_info: Any,
     plan = _Plan(pipe_info.graph, num_stages)
     st = PipelineStage(stage_module, stage_index, num_stages, device, group=group)
     st.set_call(_Carry(stage_module, plan, stage_index))
-    st.step_kwargs = stage_index == 0   # later stages get model inputs through the graph
     return st
 
 
@@ -161,8 +160,10 @@ def _inputs_of(n: Node) -> list[Node]:
 
 class _Carry(torch.nn.Module):
     """Stage ``s`` of a split as dpl runs it: its module called as PyTorch
-    calls it, the tuple of values stage ``s + 1`` needs returned. Holds
-    plain indices, not the graph (so the other stages' modules can go)."""
+    calls it, the tuple of values stage ``s + 1`` needs returned. A later
+    stage takes what it received and ignores the step's keyword inputs:
+    the model's inputs reach it through the split graph. Holds plain
+    indices, not the graph (so the other stages' modules can go)."""
 
     def __init__(self, mod: torch.nn.Module, plan: _Plan, s: int):
         super().__init__()

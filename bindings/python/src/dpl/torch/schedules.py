@@ -262,8 +262,7 @@ class _PipelineSchedule:
                 st = self._stages[s]
                 in_meta = metas[s - 1] if s > 0 else None
                 st.in_meta = in_meta
-                out = st.infer_output(in_meta, args, kwargs if st.step_kwargs else {},
-                                      self._dims) \
+                out = st.infer_output(in_meta, args, kwargs, self._dims) \
                     if not st.is_last else None
                 d = {"outs": Layout(out).to_json() if out else None}
                 if s == 0:

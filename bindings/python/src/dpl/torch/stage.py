@@ -112,11 +112,6 @@ class PipelineStage:
         #: whether the schedule runs backward passes (it has a loss_fn);
         #: set by the schedule, as PyTorch's
         self.has_backward = False
-        #: whether the step's keyword inputs reach this stage's forward:
-        #: PyTorch hands them to every stage of the rank; a later stage of
-        #: a traced split (build_stage) gets its model inputs through the
-        #: split graph instead
-        self.step_kwargs = True
         self._in_meta = metas_of_example(input_args, f"stage {stage_index} input_args") \
             if input_args is not None and not self.is_first else None
         self._out_meta = metas_of_example(output_args, f"stage {stage_index} output_args") \
@@ -251,8 +246,7 @@ class PipelineStage:
         (falling back to a real forward of zeros without grad, buffers
         restored). The first stage runs on one sample of ``sample_args``,
         a later one on one sample of zeros as its input, both with one
-        sample of ``sample_kwargs`` (the step's keyword inputs this stage
-        takes), each cut by ``dims`` (``Chunking.cut``'s or
+        sample of ``sample_kwargs`` (the step's keyword inputs), each cut by ``dims`` (``Chunking.cut``'s or
         ``cut_kwargs``'s).
         Raises InvalidArgument when the output is not tensors."""
         if self._out_meta is not None:
