@@ -15,6 +15,8 @@ from .schedules import (PipelineScheduleMulti, PipelineScheduleSingle,  # noqa: 
                         ScheduleDualPipeV, ScheduleLoopedBFS, ScheduleZBVZeroBubble,
                         get_schedule_class, stage_of)
 from .stage import PipelineStage, PipelineStageInfo  # noqa: F401
+from .liveness import (PipelineActivationLiveness,  # noqa: F401
+                       analyze_pipeline_activation_liveness)
 from .plan import from_plan  # noqa: F401
 from .profile import profile  # noqa: F401
 

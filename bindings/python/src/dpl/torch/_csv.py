@@ -92,3 +92,17 @@ def dump(sched: "_PipelineSchedule", filename: Any, fmt: Any) -> None:
         if own:
             s.close()
     write_atomic(filename, text)
+
+
+def comms_order(sched: "_PipelineSchedule") -> dict[int, list]:
+    """Each pipeline rank's lowered list in the form PyTorch's runtime
+    runs (``pipeline_order_with_comms``): what :func:`dump` writes as
+    "compute_comms", read back as actions."""
+    s, own = _running(sched)
+    try:
+        text = s.to_csv(comms="pytorch", layout=False)
+    finally:
+        if own:
+            s.close()
+    with Schedule.from_csv(text) as t:
+        return {r: t.actions(r) for r in range(t.ranks)}

@@ -44,6 +44,8 @@ from ._boundary import Layout
 from ._callbacks import _Callbacks
 from ._chunks import REPLICATE, Chunking, default_cut
 from ._inputs import join_microbatches
+from .liveness import (PipelineActivationLiveness,  # noqa: F401 (PyTorch's module has them)
+                       analyze_pipeline_activation_liveness)
 from ._pytorch_args import check_multi, check_policy_options, check_runtime
 from .stage import PipelineStage, _bad, split_replicas
 
@@ -431,6 +433,15 @@ class _PipelineScheduleRuntime(PipelineScheduleMulti):
         stage = next(iter(self._stages.values()))
         check_runtime(stage.num_stages // len(self._stages), defer_pp_recv, max_active_stages,
                       unshard_lookahead, defer_reduce_grad_wait, max_outstanding_sends)
+
+    @property
+    def pipeline_order_with_comms(self) -> dict[int, list]:
+        """PyTorch's ``pipeline_order_with_comms``: each pipeline rank's
+        lowered list as :meth:`_dump_csv` writes it (sends, receives, their
+        waits and the gradient reductions; an OVERLAP_F_B marker followed
+        by its F and B), as :class:`dpl.Action` values. A new dict at each
+        access; raises as :attr:`pipeline_order` does."""
+        return _csv.comms_order(self)
 
 
     def _dump_csv(self, filename: Any, format: str = "compute_comms") -> None:  # noqa: A002
