@@ -103,7 +103,7 @@ class _Callbacks:
         return inp, kw, inp
 
     def forward(self, a) -> None:
-        st = self.s._stages[a.stage]
+        st = self.s._by_index[a.stage]
         train = self.s._train
         args, kw, inp = self._inputs(st, a)
         out = st.fn(*args, **kw) if not st._contexts else st.call_forward(a.microbatch, args, kw)
@@ -184,7 +184,7 @@ class _Callbacks:
                 dst.copy_(g)
 
     def backward(self, a) -> None:
-        st = self.s._stages[a.stage]
+        st = self.s._by_index[a.stage]
         inp, out, _ = st.state.pop(a.microbatch)
         roots, gs = self._roots(st, a, out)
         if roots:
@@ -194,7 +194,7 @@ class _Callbacks:
                                  [t.grad for t in inp])
 
     def backward_input(self, a) -> None:
-        st = self.s._stages[a.stage]
+        st = self.s._by_index[a.stage]
         inp, out, _ = st.state[a.microbatch]
         if inp is None:
             return
@@ -207,7 +207,7 @@ class _Callbacks:
         self._put_grad_input(st, a, got)
 
     def backward_weight(self, a) -> None:
-        st = self.s._stages[a.stage]
+        st = self.s._by_index[a.stage]
         inp, out, _ = st.state.pop(a.microbatch)
         params = st.params()
         roots, g = self._roots(st, a, out)
@@ -227,8 +227,8 @@ class _Callbacks:
         if not self.s._reduce:
             return []
         return [(p.grad.data_ptr(), p.grad.numel(), dtype_code(p.grad.dtype))
-                for p in self.s._stages[stage].params()]
+                for p in self.s._by_index[stage].params()]
 
     def step(self, stage: int, iteration: int) -> None:
         if self.s.scale_grads:
-            self.s._stages[stage].scale_grads(self.M)
+            self.s._by_index[stage].scale_grads(self.M)

@@ -35,7 +35,7 @@ def load(sched: "_PipelineSchedule", filename: Any, fmt: Any) -> None:
         raise _bad("_load_csv: the schedule has stepped already; load before the first step")
     with open(filename, "rb") as f:
         read = Schedule.from_csv(f.read())
-    S = next(iter(sched._stages.values())).num_stages
+    S = sched._num_stages
     M = sched._n_microbatches
     try:
         if read.lowered != comms:
@@ -66,7 +66,7 @@ def _running(sched: "_PipelineSchedule") -> tuple[Schedule, bool]:
         return sched._sched, False
     if sched._loaded is not None:
         return sched._loaded, False
-    return sched._build(next(iter(sched._stages.values())).num_stages), True
+    return sched._build(sched._num_stages), True
 
 
 def compute_order(sched: "_PipelineSchedule") -> dict[int, list]:

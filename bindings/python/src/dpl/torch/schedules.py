@@ -73,9 +73,11 @@ class _PipelineSchedule:
         S = st[0].num_stages
         if any(s.num_stages != S for s in st):
             raise _bad(f"stages disagree on num_stages: {[s.num_stages for s in st]}")
-        self._stages = {s.stage_index: s for s in st}
-        if len(self._stages) != len(st):
+        self._by_index = {s.stage_index: s for s in st}
+        if len(self._by_index) != len(st):
             raise _bad(f"stage indices repeat: {[s.stage_index for s in st]}")
+        self._stages = st   # PyTorch's attributes, which scripts reach into
+        self._num_stages = S
         check_policy_options(policy_options)
         self._n_microbatches = n_microbatches
         self._loss_fn = loss_fn
@@ -175,8 +177,8 @@ class _PipelineSchedule:
         ch = self._chunking
         args, kwargs, target = join_microbatches(self._n_microbatches, args, kwargs, target,
                                                  arg_mbs, kwarg_mbs, target_mbs, ch)
-        first = self._stages.get(0)
-        last = self._stages.get(next(iter(self._stages.values())).num_stages - 1)
+        first = self._by_index.get(0)
+        last = self._by_index.get(self._num_stages - 1)
         self._dims: tuple = ([], {})
         if first is not None:
             if not args and not kwargs:
@@ -207,7 +209,7 @@ class _PipelineSchedule:
                            "(the first stage's inputs)")
             if train:
                 if self._reduce:
-                    for s in self._stages.values():
+                    for s in self._stages:
                         s.bind_grads()
                 self._runner.step()
             else:
@@ -223,7 +225,7 @@ class _PipelineSchedule:
             self._train = True
             if self._runner is not None:   # the next step splits its own inputs
                 self._cb.new_step()
-            for s in self._stages.values():
+            for s in self._stages:
                 s.clear_runtime_states()
         if last is None:
             return None
@@ -236,7 +238,7 @@ class _PipelineSchedule:
     def _setup(self, args: tuple, kwargs: dict, batch: int | None) -> None:
         w = self._world if self._world is not None else dpl_world.current(timeout=self._timeout)
         self._world = w
-        S = next(iter(self._stages.values())).num_stages
+        S = self._num_stages
         sched = self._loaded if self._loaded is not None else self._build(S)
         P = sched.ranks
         reps = self._replicas or [1] * P
@@ -251,17 +253,17 @@ class _PipelineSchedule:
         self._reduce = reps[prank] > 1
         M = self._n_microbatches
         mine = sorted(s for s in range(S) if sched.stage_rank(s) == prank)
-        if mine != sorted(self._stages):
+        if mine != sorted(self._by_index):
             raise _bad(f"rank {w.rank} (pipeline rank {prank}) runs stages {mine} under "
                        f"{self._policy_name or 'the loaded CSV'}; it was given stages "
-                       f"{sorted(self._stages)}")
+                       f"{sorted(self._by_index)}")
         base = [sum(reps[:p]) for p in range(P)]
         metas: list[tuple | None] = [None] * S
         for s in range(S):
             owner = base[sched.stage_rank(s)]
             blob = b""
-            if s in self._stages and self._replica == 0:
-                st = self._stages[s]
+            if s in self._by_index and self._replica == 0:
+                st = self._by_index[s]
                 in_meta = metas[s - 1] if s > 0 else None
                 st.in_meta = in_meta
                 out = st.infer_output(in_meta, args, kwargs, self._dims) \
@@ -278,7 +280,7 @@ class _PipelineSchedule:
             if s == 0:
                 self._batch = d.get("batch")
             metas[s] = Layout.from_json(d["outs"]) if d.get("outs") else None
-        for s, st in self._stages.items():
+        for s, st in self._by_index.items():
             st.set_layouts(metas[s - 1] if s > 0 else None, metas[s])
         ab = [m.per_sample if m is not None else 0 for m in metas]
         if self._batch is None or self._batch < M:
@@ -288,7 +290,7 @@ class _PipelineSchedule:
                                                    timeout=self._timeout) if w.world_size > 1 else None
         cb = self._cb = _Callbacks(self, reps[prank], self._replica)
         if self._reduce:   # dpl sizes its reduction from them, even for an eval first
-            for st in self._stages.values():
+            for st in self._stages:
                 st.bind_grads()
         self._runner = Runner(sched, cb, batch=self._batch, activation_bytes=ab,
                               replicas=reps, rank=w.rank, transport=self._transport,
@@ -307,7 +309,7 @@ class _PipelineSchedule:
         kind = _CHUNKS.get(self._policy_name, 0)
         if V > 1 and kind == 0:
             raise _bad(f"policy {self._policy_name} runs one stage per rank; this rank was "
-                       f"given {V} (stages {sorted(self._stages)})")
+                       f"given {V} (stages {sorted(self._by_index)})")
         if kind == 2 and V != 2:
             raise _bad(f"policy {self._policy_name} runs exactly two stages per rank "
                        f"(rank r holds stages r and 2P-1-r); this rank was given {V}")
@@ -365,6 +367,7 @@ class PipelineScheduleSingle(_PipelineSchedule):
                  scale_grads: bool = True, **dpl_options: Any):
         super().__init__(stage, n_microbatches, loss_fn, args_chunk_spec, kwargs_chunk_spec,
                          output_merge_spec, scale_grads, **dpl_options)
+        self._stage = self._stages[0]   # PyTorch's attribute
 
 
 class PipelineScheduleMulti(_PipelineSchedule):
@@ -430,8 +433,7 @@ class _PipelineScheduleRuntime(PipelineScheduleMulti):
                  unshard_lookahead: Any = "full", defer_reduce_grad_wait: bool = False,
                  max_outstanding_sends: int | None = None, **kwargs: Any):
         super().__init__(*args, **kwargs)
-        stage = next(iter(self._stages.values()))
-        check_runtime(stage.num_stages // len(self._stages), defer_pp_recv, max_active_stages,
+        check_runtime(self._num_stages // len(self._stages), defer_pp_recv, max_active_stages,
                       unshard_lookahead, defer_reduce_grad_wait, max_outstanding_sends)
 
     @property
