@@ -138,3 +138,20 @@ def test_loss_swapped_for_an_eval_and_replaced_between_steps(name, V):
     assert sorted(got) == list(range(P * V))
     for s in range(P * V):
         assert max_rel_diff(got[s], list(want[s].parameters())) <= 1e-10
+
+
+@pytest.mark.parametrize("name", CLASSES)
+def test_register_custom_function_is_refused_where_pytorch_has_it(name):
+    theirs = torch_schedule(name, 2, 4)
+    ours_cls = getattr(dpl.torch, name)
+    assert hasattr(ours_cls, "register_custom_function") == \
+        hasattr(theirs, "register_custom_function")
+    if not hasattr(theirs, "register_custom_function"):
+        return
+    parts = mlp([4] * 5, 4)
+    mine = [0, 3] if name in VSHAPE else [0, 2]
+    ours = ours_cls([PipelineStage(parts[s], s, 4) for s in mine], 4, torch.nn.MSELoss())
+    with pytest.raises(dpl.InvalidArgument,
+                       match="register_custom_function\\(_ComputationType.FORWARD, "
+                             "\\.\\.\\.\\): dpl.torch runs every action in dpl's runner"):
+        ours.register_custom_function(S.FORWARD, lambda action, ctx: None)

@@ -436,6 +436,17 @@ class _PipelineScheduleRuntime(PipelineScheduleMulti):
         check_runtime(self._num_stages // len(self._stages), defer_pp_recv, max_active_stages,
                       unshard_lookahead, defer_reduce_grad_wait, max_outstanding_sends)
 
+    def register_custom_function(self, computation_type: Any, custom_function: Any) -> None:
+        """PyTorch's hook to run an action type with the caller's function
+        (built on its runtime's stage internals, ``forward_one_chunk``
+        and the like): refused with InvalidArgument naming the type, since
+        dpl's runner runs every action itself and its stages have no such
+        internals. Nothing is registered."""
+        raise _bad(f"register_custom_function({computation_type!s}, ...): dpl.torch runs "
+                   f"every action in dpl's runner, with autograd for each backward, and "
+                   f"takes no custom function; use a dpl policy or _load_csv for another "
+                   f"order")
+
     @property
     def pipeline_order_with_comms(self) -> dict[int, list]:
         """PyTorch's ``pipeline_order_with_comms``: each pipeline rank's
