@@ -115,6 +115,29 @@ def test_lifetimes_index_the_lists_pytorchs_runtime_loads_from_dpl(name, tmp_pat
             assert got.get_activation_lifetime(*k) == want.get_activation_lifetime(*k)
 
 
+@pytest.mark.parametrize("name", ["ScheduleInterleaved1F1B", "ScheduleInterleavedZeroBubble",
+                                  "ScheduleZBVZeroBubble"])
+def test_pytorchs_lowered_file_loads_as_pytorch_lists_it(name, tmp_path):
+    ranks, m = 2, 4
+    theirs = torch_schedule(name, ranks, m)
+    path = tmp_path / "torch.csv"
+    theirs._dump_csv(str(path), format="compute_comms")
+    ours = _ours(name, ranks, m)
+    ours._load_csv(str(path), format="compute_comms")
+    rows = [[str(a) for a in ours.pipeline_order_with_comms[r]] for r in range(ranks)]
+    assert rows == torch_rows(theirs.pipeline_order_with_comms)
+    for rank in range(ranks):   # then every position is PyTorch's too
+        stages = _stages_of(name, rank, ranks)
+        got = analyze_pipeline_activation_liveness(ours, pp_rank=rank, stage_indices=stages,
+                                                   granularity="stage_microbatch")
+        want = S.analyze_pipeline_activation_liveness(theirs, pp_rank=rank,
+                                                      stage_indices=stages,
+                                                      granularity="stage_microbatch")
+        assert dict(got._lifetimes) == dict(want._activation_lifetime_by_stage_and_microbatch)
+        assert dict(got.slot_by_stage_and_microbatch) == \
+            dict(want.slot_by_stage_and_microbatch)
+
+
 def test_an_overlapped_pair_shares_its_markers_position():
     ranks, m = 2, 4
     ours = _ours("ScheduleDualPipeV", ranks, m)
