@@ -1,8 +1,9 @@
 """Activation lifetimes of a schedule and reusable slots for them
 (PyTorch 2.15's ``analyze_pipeline_activation_liveness`` and
 ``PipelineActivationLiveness``), computed from a dpl.torch schedule's own
-lists: the lists its runner runs, so a caller that sizes buffers from the
-result sizes them for what dpl does.
+lists: its runner's order of compute actions, written in PyTorch's form,
+so a caller that sizes buffers from the result sizes them for what dpl
+does.
 
 Pure functions of the schedule's lists; nothing here blocks or touches
 the transport. Call it on any thread that may read the schedule.
