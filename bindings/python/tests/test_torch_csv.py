@@ -77,6 +77,20 @@ def torch_schedule(name: str, ranks: int, m: int):
     return cls([_stand_in(s, n, ranks) for s in mine], m, loss_fn=_loss)
 
 
+def dpl_torch_schedule(name: str, ranks: int, m: int):
+    """dpl.torch's class `name` on real stages with the indices
+    :func:`torch_schedule` gives PyTorch's (rank 0's)."""
+    import dpl.torch
+    from torch_models import mlp
+    cls = getattr(dpl.torch, name)
+    if name in SINGLE:
+        return cls(dpl.torch.PipelineStage(mlp([4, 4], 1)[0], 0, ranks), m, torch.nn.MSELoss())
+    n = 2 * ranks
+    parts = mlp([4] * (n + 1), n)
+    mine = [0, n - 1] if name in VSHAPE else [0, ranks]
+    return cls([dpl.torch.PipelineStage(parts[s], s, n) for s in mine], m, torch.nn.MSELoss())
+
+
 def torch_csv(sched, tmp_path) -> str:
     """The schedule written by PyTorch's own CSV writer, every byte as it
     is (CRLF line ends kept)."""

@@ -18,24 +18,11 @@ sys.path.insert(0, os.path.dirname(__file__))
 
 import dpl  # noqa: E402
 import dpl.torch  # noqa: E402
-from dpl.torch import PipelineStage, analyze_pipeline_activation_liveness  # noqa: E402
+from dpl.torch import analyze_pipeline_activation_liveness  # noqa: E402
 from test_torch_csv import (CLASSES, SINGLE, VSHAPE, _torch_reader,  # noqa: E402
-                            torch_rows, torch_schedule)
-from torch_models import mlp  # noqa: E402
+                            dpl_torch_schedule, torch_rows, torch_schedule)
 
 GRANULARITIES = ["microbatch", "stage_microbatch"]
-
-
-def _ours(name: str, ranks: int, m: int):
-    """dpl.torch's schedule `name` on rank 0 of `ranks` (every rank holds
-    all ranks' lists)."""
-    cls = getattr(dpl.torch, name)
-    if name in SINGLE:
-        return cls(PipelineStage(mlp([4, 4], 1)[0], 0, ranks), m, torch.nn.MSELoss())
-    n = 2 * ranks
-    parts = mlp([4] * (n + 1), n)
-    mine = [0, n - 1] if name in VSHAPE else [0, ranks]
-    return cls([PipelineStage(parts[s], s, n) for s in mine], m, torch.nn.MSELoss())
 
 
 def _stages_of(name: str, rank: int, ranks: int) -> list[int]:
@@ -63,7 +50,7 @@ SHAPES = [(name, ranks, m) for name in CLASSES
 @pytest.mark.parametrize("name,ranks,m", SHAPES)
 def test_slots_equal_pytorchs_for_its_own_schedule(name, ranks, m):
     theirs = torch_schedule(name, ranks, m)
-    ours = _ours(name, ranks, m)
+    ours = dpl_torch_schedule(name, ranks, m)
     for rank in range(ranks):
         stages = _stages_of(name, rank, ranks)
         for g in GRANULARITIES:
@@ -98,7 +85,7 @@ def test_slots_equal_pytorchs_for_its_own_schedule(name, ranks, m):
                                   "ScheduleInterleavedZeroBubble", "ScheduleZBVZeroBubble"])
 def test_lifetimes_index_the_lists_pytorchs_runtime_loads_from_dpl(name, tmp_path):
     ranks, m = 3, 6
-    ours = _ours(name, ranks, m)
+    ours = dpl_torch_schedule(name, ranks, m)
     path = tmp_path / "order.csv"
     ours._dump_csv(str(path))   # compute_comms, what dpl runs
     rt = _torch_reader(ranks, 2 * ranks, m)
@@ -122,7 +109,7 @@ def test_pytorchs_lowered_file_loads_as_pytorch_lists_it(name, tmp_path):
     theirs = torch_schedule(name, ranks, m)
     path = tmp_path / "torch.csv"
     theirs._dump_csv(str(path), format="compute_comms")
-    ours = _ours(name, ranks, m)
+    ours = dpl_torch_schedule(name, ranks, m)
     ours._load_csv(str(path), format="compute_comms")
     rows = [[str(a) for a in ours.pipeline_order_with_comms[r]] for r in range(ranks)]
     assert rows == torch_rows(theirs.pipeline_order_with_comms)
@@ -140,7 +127,7 @@ def test_pytorchs_lowered_file_loads_as_pytorch_lists_it(name, tmp_path):
 
 def test_an_overlapped_pair_shares_its_markers_position():
     ranks, m = 2, 4
-    ours = _ours("ScheduleDualPipeV", ranks, m)
+    ours = dpl_torch_schedule("ScheduleDualPipeV", ranks, m)
     order = ours.pipeline_order_with_comms
     for rank in range(ranks):
         stages = _stages_of("ScheduleDualPipeV", rank, ranks)
@@ -162,7 +149,7 @@ def test_an_overlapped_pair_shares_its_markers_position():
 
 
 def test_microbatch_granularity_gives_a_microbatchs_stages_one_slot_and_span():
-    ours = _ours("ScheduleInterleaved1F1B", 2, 4)
+    ours = dpl_torch_schedule("ScheduleInterleaved1F1B", 2, 4)
     got = analyze_pipeline_activation_liveness(ours, pp_rank=0, stage_indices=[0, 2],
                                                granularity="microbatch")
     fine = analyze_pipeline_activation_liveness(ours, pp_rank=0, stage_indices=[0, 2],
@@ -174,7 +161,7 @@ def test_microbatch_granularity_gives_a_microbatchs_stages_one_slot_and_span():
 
 
 def test_the_result_is_read_only_and_unhashable():
-    got = analyze_pipeline_activation_liveness(_ours("Schedule1F1B", 2, 4), pp_rank=0,
+    got = analyze_pipeline_activation_liveness(dpl_torch_schedule("Schedule1F1B", 2, 4), pp_rank=0,
                                                stage_indices=[0], granularity="microbatch")
     with pytest.raises(TypeError):
         got.slot_by_stage_and_microbatch[(0, 0)] = 7
@@ -182,13 +169,13 @@ def test_the_result_is_read_only_and_unhashable():
         hash(got)
     with pytest.raises(AttributeError):
         got.num_slots = 1
-    again = analyze_pipeline_activation_liveness(_ours("Schedule1F1B", 2, 4), pp_rank=0,
+    again = analyze_pipeline_activation_liveness(dpl_torch_schedule("Schedule1F1B", 2, 4), pp_rank=0,
                                                  stage_indices=[0], granularity="microbatch")
     assert got == again
 
 
 def test_bad_arguments_are_refused_by_name():
-    ours = _ours("ScheduleInterleaved1F1B", 2, 4)
+    ours = dpl_torch_schedule("ScheduleInterleaved1F1B", 2, 4)
 
     def run(**kw):
         args = dict(pp_rank=0, stage_indices=[0, 2], granularity="microbatch")

@@ -21,7 +21,8 @@ import dpl  # noqa: E402
 import dpl.run  # noqa: E402
 import dpl.torch  # noqa: E402
 from dpl.torch import PipelineStage  # noqa: E402
-from test_torch_csv import CLASSES, SINGLE, VSHAPE, torch_schedule  # noqa: E402
+from test_torch_csv import (CLASSES, SINGLE, VSHAPE, dpl_torch_schedule,  # noqa: E402
+                            torch_schedule)
 from torch_models import Chain, data, make_opt, max_rel_diff, mlp  # noqa: E402
 
 WIDTHS = [4, 6, 6, 6, 6, 3]
@@ -148,9 +149,7 @@ def test_register_custom_function_is_refused_where_pytorch_has_it(name):
         hasattr(theirs, "register_custom_function")
     if not hasattr(theirs, "register_custom_function"):
         return
-    parts = mlp([4] * 5, 4)
-    mine = [0, 3] if name in VSHAPE else [0, 2]
-    ours = ours_cls([PipelineStage(parts[s], s, 4) for s in mine], 4, torch.nn.MSELoss())
+    ours = dpl_torch_schedule(name, 2, 4)
     with pytest.raises(dpl.InvalidArgument,
                        match="register_custom_function\\(_ComputationType.FORWARD, "
                              "\\.\\.\\.\\): dpl.torch runs every action in dpl's runner"):

@@ -6,7 +6,8 @@ documented methods; the work is here. Called on the rank's thread only.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any, Iterator
 
 from .._files import write_atomic
 from ..schedule import Schedule
@@ -59,50 +60,44 @@ def load(sched: "_PipelineSchedule", filename: Any, fmt: Any) -> None:
     sched._loaded = lowered
 
 
-def _running(sched: "_PipelineSchedule") -> tuple[Schedule, bool]:
-    """The lowered schedule ``sched``'s steps run, and whether the caller
-    must close it (one built for the asking, before the first step)."""
+@contextmanager
+def _running(sched: "_PipelineSchedule") -> Iterator[Schedule]:
+    """The lowered schedule ``sched``'s steps run: the runner's, the one
+    :func:`load` read, or, before either, one built for the asking and
+    closed on leaving."""
     if sched._runner is not None:
-        return sched._sched, False
-    if sched._loaded is not None:
-        return sched._loaded, False
-    return sched._build(sched._num_stages), True
+        yield sched._sched
+    elif sched._loaded is not None:
+        yield sched._loaded
+    else:
+        with sched._build(sched._num_stages) as s:
+            yield s
+
+
+def _text(sched: "_PipelineSchedule", comms: bool) -> str:
+    """The schedule ``sched`` runs as PyTorch's CSV: compute-only, or
+    lowered in the form its runtime loads."""
+    with _running(sched) as s:
+        return s.to_csv(comms="pytorch" if comms else False, layout=False)
 
 
 def compute_order(sched: "_PipelineSchedule") -> dict[int, list]:
     """Each pipeline rank's compute actions (F, B, I, W, OVERLAP_F_B) in
     the order ``sched`` runs them (``pipeline_order``)."""
-    s, own = _running(sched)
-    try:
+    with _running(sched) as s:
         return {r: [a for a in s.actions(r) if a.is_compute or a.kind == "OVERLAP_F_B"]
                 for r in range(s.ranks)}
-    finally:
-        if own:
-            s.close()
 
 
 def dump(sched: "_PipelineSchedule", filename: Any, fmt: Any) -> None:
     """Write the schedule ``sched`` runs to ``filename`` as PyTorch's CSV
     of format ``fmt``, atomically (``_dump_csv``)."""
-    comms = _format("_dump_csv", fmt)
-    s, own = _running(sched)
-    try:
-        text = s.to_csv(comms="pytorch" if comms else False, layout=False)
-    finally:
-        if own:
-            s.close()
-    write_atomic(filename, text)
+    write_atomic(filename, _text(sched, _format("_dump_csv", fmt)))
 
 
 def comms_order(sched: "_PipelineSchedule") -> dict[int, list]:
     """Each pipeline rank's lowered list in the form PyTorch's runtime
     runs (``pipeline_order_with_comms``): what :func:`dump` writes as
     "compute_comms", read back as actions."""
-    s, own = _running(sched)
-    try:
-        text = s.to_csv(comms="pytorch", layout=False)
-    finally:
-        if own:
-            s.close()
-    with Schedule.from_csv(text) as t:
+    with Schedule.from_csv(_text(sched, True)) as t:
         return {r: t.actions(r) for r in range(t.ranks)}

@@ -164,15 +164,16 @@ def analyze_pipeline_activation_liveness(
         raise _bad(f"pp_rank {pp_rank!r} is not a rank of the schedule "
                    f"(ranks 0..{len(order) - 1})")
     M = schedule._n_microbatches
-    want = {(s, j) for s in stages for j in range(M)}
+    keys = [(s, j) for s in sorted(stages) for j in range(M)]
+    want = set(keys)
     fwd: dict[tuple[int, int], int] = {}
     end: dict[tuple[int, int], int] = {}
     inputs: set[tuple[int, int]] = set()
     weights: set[tuple[int, int]] = set()
     for pos, a in _positions(order[pp_rank]):
-        key = (a.stage, a.microbatch)
         if a.stage not in stages:
             continue
+        key = (a.stage, a.microbatch)
         if a.microbatch >= M:
             raise _bad(f"action {a} of rank {pp_rank} names micro-batch {a.microbatch}; "
                        f"the schedule has {M}")
@@ -196,11 +197,10 @@ def analyze_pipeline_activation_liveness(
     if weights - inputs:
         raise _bad(f"weight backward without input backward for (stage, microbatch) "
                    f"{sorted(weights - inputs)}")
-    for k in sorted(want):
+    for k in keys:
         if end[k] < fwd[k]:
             raise _bad(f"stage {k[0]}, microbatch {k[1]} is released at position {end[k]}, "
                        f"before its forward at {fwd[k]}")
-    keys = sorted(want)
     if granularity == "microbatch":
         span_of = [(min(fwd[(s, j)] for s in stages), max(end[(s, j)] for s in stages))
                    for j in range(M)]
