@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any, Iterator
 
 from .._files import write_atomic
 from ..schedule import Schedule
+from . import _ranks
 from ._boundary import _bad
 
 if TYPE_CHECKING:
@@ -58,6 +59,7 @@ def load(sched: "_PipelineSchedule", filename: Any, fmt: Any) -> None:
     if sched._loaded is not None:
         sched._loaded.close()
     sched._loaded = lowered
+    _ranks.fixed(sched, lowered, False)
 
 
 @contextmanager

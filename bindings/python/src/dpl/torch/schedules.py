@@ -39,7 +39,7 @@ import torch
 from .. import errors, world as dpl_world
 from ..runner import Runner
 from ..schedule import Schedule, schedule as build_schedule
-from . import _csv
+from . import _csv, _ranks
 from ._boundary import Layout
 from ._callbacks import _Callbacks
 from ._chunks import REPLICATE, Chunking, default_cut
@@ -231,8 +231,8 @@ class _PipelineSchedule:
             return None
         if losses is not None:
             losses.extend(self._losses[j] for j in sorted(self._losses))
-        return self._chunking.merge_outputs(
-            [t for j in sorted(self._outputs) for t in self._outputs[j]])
+        last.output_chunks[:] = [t for j in sorted(self._outputs) for t in self._outputs[j]]
+        return self._chunking.merge_outputs(list(last.output_chunks))
 
     # ---------------------------------------------------------------
     def _setup(self, args: tuple, kwargs: dict, batch: int | None) -> None:
@@ -286,6 +286,7 @@ class _PipelineSchedule:
         if self._batch is None or self._batch < M:
             raise _bad(f"a batch of {self._batch} samples cannot make {M} micro-batches")
         self._sched = sched
+        _ranks.fixed(self, sched, True)
         self._transport = dpl_world.Transport.open(w, name=self._transport_name,
                                                    timeout=self._timeout) if w.world_size > 1 else None
         cb = self._cb = _Callbacks(self, reps[prank], self._replica)
@@ -381,7 +382,9 @@ class PipelineScheduleMulti(_PipelineSchedule):
     must be True (``_pytorch_args.py``). ``**dpl_options``: the
     keyword-only arguments of the other classes (``policy=``,
     ``replicas=``, ``transport=``, ``timeout=``, ``world=``, policy
-    options)."""
+    options). PyTorch's attributes ``rank``, ``pp_group_size``,
+    ``stage_index_to_group_rank`` and, by class, ``n_local_stages``,
+    ``number_of_rounds``, ``microbatches_per_round``: ``_ranks.py``."""
     _policy = None
 
     def __init__(self, stages: PipelineStage | Sequence[PipelineStage], n_microbatches: int,
@@ -392,6 +395,7 @@ class PipelineScheduleMulti(_PipelineSchedule):
         check_multi(use_full_backward, backward_requires_autograd)
         super().__init__(stages, n_microbatches, loss_fn, args_chunk_spec, kwargs_chunk_spec,
                          output_merge_spec, scale_grads, **dpl_options)
+        _ranks.set_multi(self)   # PyTorch's rank, pp_group_size, ...
 
     def _load_csv(self, filename: Any, format: str = "compute_only") -> None:  # noqa: A002
         """Run the schedule in PyTorch's CSV file ``filename`` instead of

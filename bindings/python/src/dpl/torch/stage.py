@@ -23,6 +23,7 @@ from torch.utils.hooks import RemovableHandle
 
 from ._boundary import Layout, _bad, check_grad_metas, meta_of_output, metas_of_example
 from ._chunks import narrow, repeat
+from ._ranks import peek, stage_to_rank
 
 __all__ = ["PipelineStage", "PipelineStageInfo", "build_stage"]
 
@@ -68,8 +69,9 @@ class PipelineStage:
             must have the per-sample shape and dtype of its tensor
             (checked against ``output_args``/``input_args`` here, else at
             the first step).
-        group: accepted for compatibility with PyTorch; ignored (dpl's
-            world comes from ``world`` or :func:`dpl.world.current`).
+        group: accepted for compatibility with PyTorch and kept as
+            ``group``; dpl's world comes from ``world`` or
+            :func:`dpl.world.current`, whatever group is given.
         dw_builder: must be None: PyTorch's custom weight-gradient
             runners; dpl.torch computes weight gradients with autograd.
         get_mesh: accepted for compatibility with PyTorch (used there
@@ -77,8 +79,21 @@ class PipelineStage:
         world: keyword-only, a :class:`dpl.world.World` to run in
             (default: found when the schedule first steps).
 
-    Raises InvalidArgument naming a bad index, count, example or a
-    ``dw_builder``. Not thread-safe: one thread (the rank's) uses a stage.
+    PyTorch's attributes: ``submod``, ``stage_index``, ``num_stages``,
+    ``device``, ``group``, ``dw_builder`` (None), ``is_first``,
+    ``is_last``, ``has_backward``, ``group_rank`` and ``group_size``
+    (this rank in dpl's world, read without joining it),
+    ``stage_index_to_group_rank`` (stage s on rank s mod
+    ``group_size`` until a multi-stage schedule sets its placement),
+    ``chunks`` (None until the first step sets it to the schedule's
+    micro-batches), ``output_chunks`` (on the last stage, after each
+    step or pass that returns outputs, the micro-batches' outputs in
+    order, detached; emptied by one that returns none) and
+    ``log_prefix``.
+
+    Raises InvalidArgument naming a bad index, count, example, a
+    ``dw_builder``, or a malformed rank variable in the environment. Not
+    thread-safe: one thread (the rank's) uses a stage.
     """
 
     def __init__(self, submodule: torch.nn.Module, stage_index: int, num_stages: int,
@@ -109,6 +124,12 @@ class PipelineStage:
         self.is_first = stage_index == 0
         self.is_last = stage_index == num_stages - 1
         self.world = world
+        self.group = group
+        self.dw_builder = None
+        self.stage_index_to_group_rank = stage_to_rank(self.group_size, num_stages, False)
+        self.chunks: int | None = None
+        self.output_chunks: list = []
+        self.log_prefix = f"[Stage {stage_index}]"
         #: whether the schedule runs backward passes (it has a loss_fn);
         #: set by the schedule, as PyTorch's
         self.has_backward = False
@@ -129,6 +150,21 @@ class PipelineStage:
         self.state: dict[int, tuple] = {}   # micro-batch -> autograd state
         # a RemovableHandle's dict (an OrderedDict can be weakly referenced)
         self._contexts: OrderedDict[int, Callable] = OrderedDict()
+
+    @property
+    def group_rank(self) -> int:
+        """This rank in the world the stage's schedule runs in (PyTorch's
+        rank in ``group``): ``world``'s when given, else where
+        :func:`dpl.world.current` looks, without joining
+        (``_ranks.peek``). Raises InvalidArgument for a malformed rank
+        variable in the environment."""
+        return peek(self.world)[0]
+
+    @property
+    def group_size(self) -> int:
+        """The ranks of that world (PyTorch's size of ``group``); raises as
+        :attr:`group_rank`."""
+        return peek(self.world)[1]
 
     def register_forward_context(
             self, context_factory: Callable[[PipelineStageInfo], Any]) -> RemovableHandle:

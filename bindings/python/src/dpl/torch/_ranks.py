@@ -1,0 +1,119 @@
+"""The rank attributes PyTorch's stages and multi-stage schedules carry
+(``group_rank``, ``group_size``, ``rank``, ``pp_group_size``,
+``stage_index_to_group_rank``, ``n_local_stages``, ...), on dpl.torch's.
+
+PyTorch reads them from the process group when a stage is built. dpl.torch
+joins its world at the first step, so these are read without joining:
+:func:`peek` looks where :func:`dpl.world.current` would, in the same
+order, and never blocks. Called on the rank's thread only.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import TYPE_CHECKING, Any
+
+from .. import world as dpl_world
+from ._boundary import _bad
+
+if TYPE_CHECKING:
+    from .schedules import _PipelineSchedule
+
+# dpl policies whose ranks hold stages r and 2P-1-r (PyTorch's "v" style)
+_V_POLICIES = ("zbv", "dualpipev")
+# PyTorch's classes that count rounds of micro-batches, and those that
+# also say how many stages a rank holds (by their dpl policy)
+_ROUNDS = ("interleaved", "interleaved-zb")
+_LOCAL = _ROUNDS + _V_POLICIES
+
+
+def peek(world: Any = None) -> tuple[int, int]:
+    """(rank, world size) of the world a schedule would run in, without
+    joining it: ``world`` when given; else the calling thread's
+    ThreadWorld; the process's world once made; torch.distributed's
+    default group when initialised; ``DPL_RANK``/``DPL_WORLD_SIZE``, else
+    ``RANK``/``WORLD_SIZE``; else (0, 1). Raises InvalidArgument naming a
+    variable that is missing or not a valid rank or size."""
+    if world is None:
+        world = dpl_world._thread_world()
+    if world is None:
+        pw = dpl_world._process_world
+        world = pw if pw is not None and not pw.closed else None
+    if world is not None:
+        return world.rank, world.world_size
+    dist = dpl_world._torch_dist()
+    if dist is not None:
+        return dist.get_rank(), dist.get_world_size()
+    for r, n in (("DPL_RANK", "DPL_WORLD_SIZE"), ("RANK", "WORLD_SIZE")):
+        if r in os.environ:
+            rank, size = _int_env(r, n), _int_env(n, r)
+            if size < 1 or not 0 <= rank < size:
+                raise _bad(f"{r}={rank} is not a rank of {n}={size}")
+            return rank, size
+    return 0, 1
+
+
+def _int_env(name: str, other: str) -> int:
+    v = os.environ.get(name)
+    if v is None:
+        raise _bad(f"{other} is set but {name} is not")
+    try:
+        return int(v)
+    except ValueError:
+        raise _bad(f"{name}={v!r} is not an integer") from None
+
+
+def stage_to_rank(ranks: int, stages: int, v: bool) -> dict[int, int]:
+    """Which rank of ``ranks`` holds each of ``stages`` stages: stage s on
+    rank s mod ranks (loop), or down and back up again (V: with two
+    stages a rank, rank r holds r and 2P-1-r), as PyTorch's
+    ``generate_stage_to_rank_mapping``."""
+    out = {}
+    for s in range(stages):
+        k, r = divmod(s, ranks)
+        out[s] = ranks - 1 - r if v and k % 2 else r
+    return out
+
+
+def set_multi(sched: "_PipelineSchedule") -> None:
+    """Give a multi-stage schedule, and its stages, PyTorch's attributes:
+    ``pp_group_size`` and ``rank`` (the world's, or with ``replicas`` the
+    pipeline's: ranks and this rank's), ``stage_index_to_group_rank``
+    (the policy's placement; :func:`placed` sets the one that runs), and
+    by class ``n_local_stages``, ``number_of_rounds`` and
+    ``microbatches_per_round``. Raises as :func:`peek`."""
+    rank, size = peek(sched._world)
+    reps = sched._replicas
+    if reps:
+        from .stage import split_replicas
+        rank, size = split_replicas(rank, reps)[0], len(reps)
+    sched.rank, sched.pp_group_size = rank, size
+    placed(sched, stage_to_rank(size, sched._num_stages, sched._policy_name in _V_POLICIES))
+    policy = type(sched)._policy
+    if policy in _LOCAL:
+        sched.n_local_stages = len(sched._stages)
+    if policy in _ROUNDS:
+        sched.number_of_rounds = max(1, sched._n_microbatches // size)
+        sched.microbatches_per_round = sched._n_microbatches // sched.number_of_rounds
+
+
+def placed(sched: "_PipelineSchedule", mapping: dict[int, int]) -> None:
+    """Set ``stage_index_to_group_rank`` on a multi-stage schedule and on
+    its stages (one dict, shared, as PyTorch's)."""
+    sched.stage_index_to_group_rank = mapping
+    for st in sched._stages:
+        st.stage_index_to_group_rank = mapping
+
+
+def fixed(sched: "_PipelineSchedule", lowered: Any, stepping: bool) -> None:
+    """What PyTorch sets once the schedule that runs is known: on a
+    multi-stage schedule, the placement of ``lowered`` (a
+    :class:`dpl.Schedule`: the one the first step sets up with, or the
+    one ``_load_csv`` read) as ``stage_index_to_group_rank``; and when
+    ``stepping`` (the first step), each stage's ``chunks``, the
+    micro-batches of a step."""
+    if stepping:
+        for st in sched._stages:
+            st.chunks = sched._n_microbatches
+    if hasattr(sched, "stage_index_to_group_rank"):
+        placed(sched, {s: lowered.stage_rank(s) for s in range(lowered.stages)})
