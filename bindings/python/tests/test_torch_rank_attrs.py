@@ -22,7 +22,6 @@ import pytest
 
 torch = pytest.importorskip("torch")
 tpp = pytest.importorskip("torch.distributed.pipelining")
-fake_pg = pytest.importorskip("torch.testing._internal.distributed.fake_pg")
 sys.path.insert(0, os.path.dirname(__file__))
 
 import dpl  # noqa: E402
@@ -43,7 +42,9 @@ RANK_VARS = ("DPL_RANK", "DPL_WORLD_SIZE", "RANK", "WORLD_SIZE")
 @contextlib.contextmanager
 def fake_group(rank: int, size: int):
     """torch.distributed's default group as rank `rank` of `size`, with no
-    peers behind it (torch's fake backend); destroyed on leaving."""
+    peers behind it (torch's fake backend); destroyed on leaving. Only
+    the comparisons with PyTorch's classes need it."""
+    fake_pg = pytest.importorskip("torch.testing._internal.distributed.fake_pg")
     dist.init_process_group("fake", rank=rank, world_size=size, store=fake_pg.FakeStore())
     try:
         yield
@@ -244,6 +245,8 @@ def _outputs_rank(parts, x, y):
         with torch.no_grad():
             out = sched.eval(*args)
         seen["eval"] = (list(st.output_chunks), out)
+        st.clear_runtime_states()   # as PyTorch's, it empties the list
+        seen["cleared"] = list(st.output_chunks)
     finally:
         sched.close()
     return seen
@@ -270,3 +273,4 @@ def test_output_chunks_hold_each_microbatchs_output(no_rank_env):
     evals, merged = last["eval"]
     assert len(evals) == M and torch.equal(torch.cat(evals), merged)
     assert [o.shape[0] for o in evals] == [t.shape[0] for t in x.tensor_split(M)]
+    assert last["cleared"] == []

@@ -227,9 +227,11 @@ class PipelineStage:
 
     def clear_runtime_states(self) -> None:
         """Drop the autograd state the stage keeps between a micro-batch's
-        forward and its backward (PyTorch's ``clear_runtime_states``; a
-        step clears it when it ends, failed or not)."""
+        forward and its backward, and ``output_chunks`` (PyTorch's
+        ``clear_runtime_states``; a step clears the state when it ends,
+        failed or not, then refills ``output_chunks`` on the last stage)."""
         self.state.clear()
+        self.output_chunks.clear()
 
     # parameters whose gradients dpl reduces, in a fixed order
     def params(self) -> list[torch.nn.Parameter]:
