@@ -66,15 +66,23 @@ def _stand_in(stage: int, num_stages: int, ranks: int) -> types.SimpleNamespace:
                                  submod=torch.nn.Identity())
 
 
+def stage_indices(name: str, rank: int, ranks: int) -> list[int]:
+    """The stages rank `rank` of `ranks` holds under PyTorch's class
+    `name`: its own for the single-stage classes, else two, r and 2P-1-r
+    for the V-shaped classes, r and r+P for the others."""
+    if name in SINGLE:
+        return [rank]
+    return [rank, 2 * ranks - 1 - rank] if name in VSHAPE else [rank, rank + ranks]
+
+
 def torch_schedule(name: str, ranks: int, m: int):
     """PyTorch's schedule `name` for `ranks` ranks and `m` micro-batches,
     built for rank 0 (every rank builds the lists of all ranks)."""
     cls = getattr(S, name)
     if name in SINGLE:
         return cls(_stand_in(0, ranks, ranks), m, loss_fn=_loss)
-    n = 2 * ranks
-    mine = [0, n - 1] if name in VSHAPE else [0, ranks]
-    return cls([_stand_in(s, n, ranks) for s in mine], m, loss_fn=_loss)
+    return cls([_stand_in(s, 2 * ranks, ranks) for s in stage_indices(name, 0, ranks)], m,
+               loss_fn=_loss)
 
 
 def dpl_torch_schedule(name: str, ranks: int, m: int):
@@ -87,8 +95,8 @@ def dpl_torch_schedule(name: str, ranks: int, m: int):
         return cls(dpl.torch.PipelineStage(mlp([4, 4], 1)[0], 0, ranks), m, torch.nn.MSELoss())
     n = 2 * ranks
     parts = mlp([4] * (n + 1), n)
-    mine = [0, n - 1] if name in VSHAPE else [0, ranks]
-    return cls([dpl.torch.PipelineStage(parts[s], s, n) for s in mine], m, torch.nn.MSELoss())
+    return cls([dpl.torch.PipelineStage(parts[s], s, n) for s in stage_indices(name, 0, ranks)],
+               m, torch.nn.MSELoss())
 
 
 def torch_csv(sched, tmp_path) -> str:

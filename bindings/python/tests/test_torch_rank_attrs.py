@@ -28,7 +28,7 @@ import dpl  # noqa: E402
 import dpl.run  # noqa: E402
 import dpl.torch  # noqa: E402
 from dpl.torch import PipelineStage  # noqa: E402
-from test_torch_csv import CLASSES, SINGLE, VSHAPE  # noqa: E402
+from test_torch_csv import CLASSES, SINGLE, stage_indices  # noqa: E402
 from torch_models import Chain, data, mlp  # noqa: E402
 
 import torch.distributed as dist  # noqa: E402
@@ -66,19 +66,10 @@ def _loss(out, target):
     return (out - target).sum()
 
 
-def mine(name: str, rank: int, ranks: int) -> list[int]:
-    """The stages rank `rank` holds under class `name`, two a rank for the
-    multi-stage classes."""
-    if name in SINGLE:
-        return [rank]
-    n = 2 * ranks
-    return [rank, n - 1 - rank] if name in VSHAPE else [rank, rank + ranks]
-
-
 def both(name: str, rank: int, ranks: int, m: int):
     """PyTorch's and dpl.torch's schedule `name` for this rank, each on its
     own stages (same indices, same module), under the current group."""
-    idx = mine(name, rank, ranks)
+    idx = stage_indices(name, rank, ranks)
     n = ranks * len(idx)
     mod = torch.nn.Linear(4, 4)
     ts = [tpp.PipelineStage(mod, s, n, torch.device("cpu")) for s in idx]
@@ -125,7 +116,7 @@ def test_placement_is_the_one_dpl_runs(name, ranks, no_rank_env):
     no_rank_env.setenv("DPL_WORLD_SIZE", str(ranks))
     n = 2 * ranks
     parts = mlp([4] * (n + 1), n)
-    st = [PipelineStage(parts[s], s, n) for s in mine(name, 0, ranks)]
+    st = [PipelineStage(parts[s], s, n) for s in stage_indices(name, 0, ranks)]
     sched = getattr(dpl.torch, name)(st, 2 * ranks, torch.nn.MSELoss())
     runs = {a.stage: r for r, acts in sched.pipeline_order.items() for a in acts
             if a.kind == "F"}

@@ -19,12 +19,10 @@ from ._boundary import _bad
 if TYPE_CHECKING:
     from .schedules import _PipelineSchedule
 
-# dpl policies whose ranks hold stages r and 2P-1-r (PyTorch's "v" style)
-_V_POLICIES = ("zbv", "dualpipev")
 # PyTorch's classes that count rounds of micro-batches, and those that
 # also say how many stages a rank holds (by their dpl policy)
 _ROUNDS = ("interleaved", "interleaved-zb")
-_LOCAL = _ROUNDS + _V_POLICIES
+_LOCAL = _ROUNDS + ("zbv", "dualpipev")
 
 
 def peek(world: Any = None) -> tuple[int, int]:
@@ -75,20 +73,21 @@ def stage_to_rank(ranks: int, stages: int, v: bool) -> dict[int, int]:
     return out
 
 
-def set_multi(sched: "_PipelineSchedule") -> None:
+def set_multi(sched: "_PipelineSchedule", v: bool) -> None:
     """Give a multi-stage schedule, and its stages, PyTorch's attributes:
     ``pp_group_size`` and ``rank`` (the world's, or with ``replicas`` the
     pipeline's: ranks and this rank's), ``stage_index_to_group_rank``
-    (the policy's placement; :func:`placed` sets the one that runs), and
-    by class ``n_local_stages``, ``number_of_rounds`` and
-    ``microbatches_per_round``. Raises as :func:`peek`."""
+    (the policy's placement, V when ``v``, else a loop; :func:`fixed`
+    sets the one that runs), and by class ``n_local_stages``,
+    ``number_of_rounds`` and ``microbatches_per_round``. Raises as
+    :func:`peek`."""
     rank, size = peek(sched._world)
     reps = sched._replicas
     if reps:
         from .stage import split_replicas
         rank, size = split_replicas(rank, reps)[0], len(reps)
     sched.rank, sched.pp_group_size = rank, size
-    placed(sched, stage_to_rank(size, sched._num_stages, sched._policy_name in _V_POLICIES))
+    placed(sched, stage_to_rank(size, sched._num_stages, v))
     policy = type(sched)._policy
     if policy in _LOCAL:
         sched.n_local_stages = len(sched._stages)
@@ -116,4 +115,4 @@ def fixed(sched: "_PipelineSchedule", lowered: Any, stepping: bool) -> None:
         for st in sched._stages:
             st.chunks = sched._n_microbatches
     if hasattr(sched, "stage_index_to_group_rank"):
-        placed(sched, {s: lowered.stage_rank(s) for s in range(lowered.stages)})
+        placed(sched, dict(enumerate(lowered.stage_ranks)))

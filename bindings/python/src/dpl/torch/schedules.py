@@ -232,7 +232,7 @@ class _PipelineSchedule:
         if losses is not None:
             losses.extend(self._losses[j] for j in sorted(self._losses))
         last.output_chunks[:] = [t for j in sorted(self._outputs) for t in self._outputs[j]]
-        return self._chunking.merge_outputs(list(last.output_chunks))
+        return self._chunking.merge_outputs(last.output_chunks)   # reads, keeps nothing
 
     # ---------------------------------------------------------------
     def _setup(self, args: tuple, kwargs: dict, batch: int | None) -> None:
@@ -395,7 +395,7 @@ class PipelineScheduleMulti(_PipelineSchedule):
         check_multi(use_full_backward, backward_requires_autograd)
         super().__init__(stages, n_microbatches, loss_fn, args_chunk_spec, kwargs_chunk_spec,
                          output_merge_spec, scale_grads, **dpl_options)
-        _ranks.set_multi(self)   # PyTorch's rank, pp_group_size, ...
+        _ranks.set_multi(self, _CHUNKS.get(self._policy_name) == 2)   # rank, pp_group_size, ...
 
     def _load_csv(self, filename: Any, format: str = "compute_only") -> None:  # noqa: A002
         """Run the schedule in PyTorch's CSV file ``filename`` instead of
