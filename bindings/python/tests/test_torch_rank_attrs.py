@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import os
+import re
 import sys
 
 import pytest
@@ -199,20 +200,51 @@ def test_thread_ranks_read_their_world(no_rank_env):
     assert got == [(0, 2, 0, 2), (1, 2, 1, 2)]
 
 
-@pytest.mark.parametrize("env,msg", [
-    ({"DPL_RANK": "x", "DPL_WORLD_SIZE": "2"}, "DPL_RANK='x' is not an integer"),
-    ({"DPL_RANK": "0", "DPL_WORLD_SIZE": "two"}, "DPL_WORLD_SIZE='two' is not an integer"),
-    ({"DPL_RANK": "2", "DPL_WORLD_SIZE": "2"}, "DPL_RANK=2 is not a rank of DPL_WORLD_SIZE=2"),
-    ({"DPL_RANK": "-1", "DPL_WORLD_SIZE": "2"},
-     "DPL_RANK=-1 is not a rank of DPL_WORLD_SIZE=2"),
-    ({"DPL_RANK": "0"}, "DPL_RANK is set but DPL_WORLD_SIZE is not"),
-    ({"RANK": "0", "WORLD_SIZE": "0"}, "RANK=0 is not a rank of WORLD_SIZE=0"),
-])
+def test_each_rank_variable_is_read_on_its_own(no_rank_env):
+    # as the join reads them: DPL_RANK with torchrun's WORLD_SIZE is a pair
+    no_rank_env.setenv("DPL_RANK", "1")
+    no_rank_env.setenv("WORLD_SIZE", "3")
+    st = PipelineStage(torch.nn.Linear(2, 2), 0, 3)
+    assert (st.group_rank, st.group_size) == (1, 3)
+
+
+def test_a_world_size_alone_is_no_world(no_rank_env):
+    no_rank_env.setenv("WORLD_SIZE", "4")
+    assert (PipelineStage(torch.nn.Linear(2, 2), 0, 2).group_size) == 1
+
+
+MALFORMED = [
+    ({"DPL_RANK": "x", "DPL_WORLD_SIZE": "2"}, "DPL_RANK='x' is not a rank"),
+    ({"DPL_RANK": "+1", "DPL_WORLD_SIZE": "2"}, "DPL_RANK='+1' is not a rank"),
+    ({"DPL_RANK": "-1", "DPL_WORLD_SIZE": "2"}, "DPL_RANK='-1' is not a rank"),
+    ({"DPL_RANK": "0", "DPL_WORLD_SIZE": "two"},
+     "DPL_WORLD_SIZE='two' is not a world size (1..65536)"),
+    ({"RANK": "0", "WORLD_SIZE": "2_0"}, "WORLD_SIZE='2_0' is not a world size"),
+    ({"RANK": "0", "WORLD_SIZE": "0"}, "WORLD_SIZE='0' is not a world size"),
+    ({"DPL_RANK": "2", "DPL_WORLD_SIZE": "2"}, "DPL_RANK=2 is not below DPL_WORLD_SIZE=2"),
+    ({"DPL_RANK": "0"}, "DPL_RANK is set but neither DPL_WORLD_SIZE nor WORLD_SIZE is"),
+]
+
+
+@pytest.mark.parametrize("env,msg", MALFORMED)
 def test_a_malformed_rank_variable_is_named(env, msg, no_rank_env):
     for k, v in env.items():
         no_rank_env.setenv(k, v)
-    with pytest.raises(dpl.InvalidArgument, match=msg):
+    with pytest.raises(dpl.InvalidArgument, match=re.escape(msg)):
         PipelineStage(torch.nn.Linear(2, 2), 0, 2)
+
+
+@pytest.mark.parametrize("env", [e for e, _ in MALFORMED])
+def test_the_join_refuses_what_a_stage_refuses(env, no_rank_env):
+    # the join's first check is the same C function: the same message
+    for k, v in env.items():
+        no_rank_env.setenv(k, v)
+    no_rank_env.setenv("DPL_ROOT", "127.0.0.1:1")
+    with pytest.raises(dpl.InvalidArgument) as stage:
+        PipelineStage(torch.nn.Linear(2, 2), 0, 2)
+    with pytest.raises(dpl.InvalidArgument) as join:
+        dpl.world.BootstrapWorld.from_env(timeout=1)
+    assert str(stage.value) == str(join.value)
 
 
 # --- chunks and output_chunks after steps and passes ----------------------

@@ -194,6 +194,43 @@ def test_current_outside_threads_is_world_of_one(monkeypatch):
         run.rank()
 
 
+@pytest.mark.parametrize("env,want", [
+    ({"DPL_RANK": "1", "WORLD_SIZE": "3"}, (1, 3)),        # each on its own
+    ({"DPL_RANK": "1", "DPL_WORLD_SIZE": "2", "RANK": "5", "WORLD_SIZE": "8"}, (1, 2)),
+    ({"WORLD_SIZE": "4"}, (0, 1)),                         # current(): a world of one
+    ({}, (0, 1)),
+])
+def test_rank_helpers_read_what_the_join_reads(env, want, monkeypatch):
+    for k in ("DPL_RANK", "RANK", "DPL_WORLD_SIZE", "WORLD_SIZE"):
+        monkeypatch.delenv(k, raising=False)
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
+    if world._torch_dist() is not None:
+        pytest.skip("torch.distributed is initialised in this process")
+    monkeypatch.setattr(world, "_process_world", None)
+    assert (run.rank(), run.world_size()) == run.peek() == want
+    assert run.env_rank() == (want if env.get("DPL_RANK", env.get("RANK")) else None)
+
+
+@pytest.mark.parametrize("env", [{"DPL_RANK": " 1", "DPL_WORLD_SIZE": "2"},
+                                 {"RANK": "0"}, {"RANK": "2", "WORLD_SIZE": "2"}])
+def test_rank_helpers_refuse_what_the_join_refuses(env, monkeypatch):
+    for k in ("DPL_RANK", "RANK", "DPL_WORLD_SIZE", "WORLD_SIZE"):
+        monkeypatch.delenv(k, raising=False)
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
+    monkeypatch.setenv("DPL_ROOT", "127.0.0.1:1")
+    if world._torch_dist() is not None:
+        pytest.skip("torch.distributed is initialised in this process")
+    monkeypatch.setattr(world, "_process_world", None)
+    with pytest.raises(dpl.InvalidArgument) as join:
+        world.BootstrapWorld.from_env(timeout=1)
+    for helper in (run.rank, run.world_size, run.peek):
+        with pytest.raises(dpl.InvalidArgument) as got:
+            helper()
+        assert str(got.value) == str(join.value)
+
+
 # ----------------------------------------------------------- Transport
 
 def _ring(t, w, n):

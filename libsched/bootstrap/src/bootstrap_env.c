@@ -1,7 +1,8 @@
 /*
  * bootstrap_env.c - the rendezvous from the environment
- * (dpl_bootstrap_open_env()): rank, world size and root address from
- * DPL_* or torchrun's variables; rank 0's listener inherited from its
+ * (dpl_bootstrap_open_env()): rank and world size (also read alone,
+ * dpl_bootstrap_env_rank()) and root address from DPL_* or torchrun's
+ * variables; rank 0's listener inherited from its
  * launcher (DPL_ROOT_FD).
  */
 #define _GNU_SOURCE
@@ -147,32 +148,49 @@ int dpl__bs_env_listener(unsigned port, int *fd_out)
 	return 0;
 }
 
-int dpl_bootstrap_open_env(uint32_t timeout_ms, dpl_bootstrap **out)
+int dpl_bootstrap_env_rank(uint32_t *rank, uint32_t *world_size)
 {
-	struct dpl_bootstrap_params p;
 	const char *rs, *ws, *rn, *wn;
-	char root[BS_HOST_MAX + 16];
-	int rc;
+	uint32_t r, n;
 
+	if (rank == NULL || world_size == NULL)
+		return dpl_set_error(DPL_EINVAL, "bootstrap: env_rank: %s is NULL",
+				  rank == NULL ? "rank" : "world_size");
 	rs = env2("DPL_RANK", "RANK", &rn);
 	ws = env2("DPL_WORLD_SIZE", "WORLD_SIZE", &wn);
 	if (rs == NULL)
-		return dpl_set_error(DPL_EINVAL, "bootstrap: neither DPL_RANK nor "
+		return dpl_set_error(DPL_ENOENT, "bootstrap: neither DPL_RANK nor "
 				  "RANK is set");
-	if (ws == NULL)
-		return dpl_set_error(DPL_EINVAL, "bootstrap: neither "
-				  "DPL_WORLD_SIZE nor WORLD_SIZE is set");
-	memset(&p, 0, sizeof p);
-	if (parse_u32(rs, &p.rank) != 0)
+	if (parse_u32(rs, &r) != 0)
 		return dpl_set_error(DPL_EINVAL, "bootstrap: %s='%s' is not a "
 				  "rank (a decimal integer)", rn, rs);
-	if (parse_u32(ws, &p.world_size) != 0 || p.world_size == 0 ||
-	    p.world_size > BS_WORLD_MAX)
+	if (ws == NULL)
+		return dpl_set_error(DPL_EINVAL, "bootstrap: %s is set but neither "
+				  "DPL_WORLD_SIZE nor WORLD_SIZE is", rn);
+	if (parse_u32(ws, &n) != 0 || n == 0 || n > BS_WORLD_MAX)
 		return dpl_set_error(DPL_EINVAL, "bootstrap: %s='%s' is not a "
 				  "world size (1..%u)", wn, ws, BS_WORLD_MAX);
-	if (p.rank >= p.world_size)
+	if (r >= n)
 		return dpl_set_error(DPL_EINVAL, "bootstrap: %s=%u is not below "
-				  "%s=%u", rn, p.rank, wn, p.world_size);
+				  "%s=%u", rn, r, wn, n);
+	*rank = r;
+	*world_size = n;
+	return 0;
+}
+
+int dpl_bootstrap_open_env(uint32_t timeout_ms, dpl_bootstrap **out)
+{
+	struct dpl_bootstrap_params p;
+	char root[BS_HOST_MAX + 16];
+	int rc;
+
+	memset(&p, 0, sizeof p);
+	rc = dpl_bootstrap_env_rank(&p.rank, &p.world_size);
+	if (rc == DPL_ENOENT)	/* the join needs a rank: a bad input here */
+		return dpl_set_error(DPL_EINVAL, "bootstrap: neither DPL_RANK nor "
+				  "RANK is set");
+	if (rc != 0)
+		return rc;
 	/* Checked here so that its error comes before any socket is
 	 * touched; dpl_bootstrap_open reads it again (root NULL), and then
 	 * takes rank 0's inherited listener too. */

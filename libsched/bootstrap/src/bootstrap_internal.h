@@ -46,7 +46,7 @@ struct addrinfo;
 
 #define BS_MAGIC 0x44504c42u /* "DPLB" */
 #define BS_HDR 20
-#define BS_WORLD_MAX 65536u
+#define BS_WORLD_MAX DPL_BOOTSTRAP_WORLD_MAX
 #define BS_MSG_MAX 400   /* text of REJECT/ABORT */
 #define BS_HOST_MAX 256
 #define BS_RETRY_MS 20   /* between connection attempts to the root */

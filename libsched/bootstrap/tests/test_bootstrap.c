@@ -718,6 +718,62 @@ Test(bootstrap, malformed_environment_names_the_variable, .timeout = 10)
 	env_clear();
 }
 
+/* The rank read alone: each variable on its own (DPL_* first), the same
+ * rules as the join, nothing stored on an error. */
+Test(bootstrap, env_rank_reads_what_the_join_would, .timeout = 10)
+{
+	static const struct {
+		const char *set[5];
+		int rc;
+		uint32_t rank, size; /* on success */
+		const char *named;   /* on an error: in the message */
+	} cases[] = {
+		{{NULL}, DPL_ENOENT, 0, 0, "neither DPL_RANK nor RANK"},
+		{{"WORLD_SIZE=4", NULL}, DPL_ENOENT, 0, 0, "RANK"},
+		{{"DPL_RANK=2", "DPL_WORLD_SIZE=3", NULL}, 0, 2, 3, NULL},
+		{{"RANK=1", "WORLD_SIZE=2", NULL}, 0, 1, 2, NULL},
+		{{"DPL_RANK=1", "DPL_WORLD_SIZE=2", "RANK=5", "WORLD_SIZE=8",
+		  NULL}, 0, 1, 2, NULL},
+		{{"DPL_RANK=3", "WORLD_SIZE=4", NULL}, 0, 3, 4, NULL},
+		{{"RANK=0", "DPL_WORLD_SIZE=65536", NULL}, 0, 0, 65536, NULL},
+		{{"DPL_RANK=0", NULL}, DPL_EINVAL, 0, 0,
+		 "DPL_RANK is set but neither DPL_WORLD_SIZE nor WORLD_SIZE"},
+		{{"DPL_RANK=+1", "DPL_WORLD_SIZE=2", NULL}, DPL_EINVAL, 0, 0,
+		 "DPL_RANK='+1' is not a rank"},
+		{{"RANK=1", "WORLD_SIZE=2_0", NULL}, DPL_EINVAL, 0, 0,
+		 "WORLD_SIZE='2_0' is not a world size (1..65536)"},
+		{{"RANK=0", "WORLD_SIZE=65537", NULL}, DPL_EINVAL, 0, 0,
+		 "WORLD_SIZE='65537'"},
+		{{"DPL_RANK=2", "WORLD_SIZE=2", NULL}, DPL_EINVAL, 0, 0,
+		 "DPL_RANK=2 is not below WORLD_SIZE=2"},
+	};
+	size_t i, k;
+
+	for (i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+		uint32_t r = 77, n = 77;
+		int rc;
+
+		env_clear();
+		for (k = 0; cases[i].set[k] != NULL; k++)
+			cr_assert_eq(putenv((char *)cases[i].set[k]), 0);
+		rc = dpl_bootstrap_env_rank(&r, &n);
+		cr_expect_eq(rc, cases[i].rc, "case %zu: %d %s", i, rc,
+			     dpl_last_error());
+		if (cases[i].rc == 0) {
+			cr_expect_eq(r, cases[i].rank, "case %zu", i);
+			cr_expect_eq(n, cases[i].size, "case %zu", i);
+			continue;
+		}
+		cr_expect(r == 77 && n == 77, "case %zu: stored on error", i);
+		cr_expect(strstr(dpl_last_error(), cases[i].named) != NULL,
+			  "case %zu: '%s' does not name %s", i,
+			  dpl_last_error(), cases[i].named);
+	}
+	env_clear();
+	cr_expect_eq(dpl_bootstrap_env_rank(NULL, &(uint32_t){0}), DPL_EINVAL);
+	cr_expect_eq(dpl_bootstrap_env_rank(&(uint32_t){0}, NULL), DPL_EINVAL);
+}
+
 static void torchrun_rank(struct tj_rank *rk)
 {
 	struct job *j = job_of(rk);

@@ -126,6 +126,7 @@ _CORE_PROTOS = {
 _BOOT_PROTOS = {
     "dpl_bootstrap_open": (c_int, [POINTER(BootstrapParams), POINTER(c_void_p)]),
     "dpl_bootstrap_open_env": (c_int, [c_uint32, POINTER(c_void_p)]),
+    "dpl_bootstrap_env_rank": (c_int, [POINTER(c_uint32), POINTER(c_uint32)]),
     "dpl_bootstrap_rank": (c_uint32, [c_void_p]),
     "dpl_bootstrap_world_size": (c_uint32, [c_void_p]),
     "dpl_bootstrap_root": (c_int, [c_void_p, c_char_p, c_size_t]),

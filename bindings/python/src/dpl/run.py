@@ -50,6 +50,7 @@ import threading
 import time
 from typing import Any, Callable, Sequence
 
+from . import _transport_capi as _capi, errors as _errors
 from . import world as _world
 
 __all__ = ["threads", "rank", "world_size", "launch", "main"]
@@ -136,45 +137,48 @@ def threads(n: int, fn: Callable[..., Any], *args: Any, timeout: float = 120.0,
     raise exc
 
 
-def _env_int(*names: str) -> int | None:
-    for v in names:
-        s = os.environ.get(v)
-        if s is not None:
-            if not re.fullmatch(r"[0-9]+", s.strip()):
-                raise _world._err("EINVAL", f"{v}={s!r} is not a whole number")
-            return int(s)
-    return None
+def env_rank() -> tuple[int, int] | None:
+    """(rank, world size) as :meth:`dpl.world.BootstrapWorld.from_env`
+    would join with them, read by the C library without joining
+    (``dpl_bootstrap_env_rank``: ``DPL_RANK`` else ``RANK``, and
+    ``DPL_WORLD_SIZE`` else ``WORLD_SIZE``, each on its own; plain
+    decimal digits); None when neither ``DPL_RANK`` nor ``RANK`` is set.
+    :class:`dpl.InvalidArgument` names a variable that is missing or
+    malformed, with the message the join gives."""
+    r, n = ctypes.c_uint32(), ctypes.c_uint32()
+    rc = _capi.boot().bootstrap_env_rank(ctypes.byref(r), ctypes.byref(n))
+    if rc == _errors.ENOENT:
+        return None
+    _errors.check(rc)
+    return r.value, n.value
+
+
+def peek(world: "_world.World | None" = None) -> tuple[int, int]:
+    """(rank, world size) of the world :func:`dpl.world.current` gives (or
+    of ``world`` when given), without making one: the thread's world
+    (:func:`threads`), the process's world once made, torch.distributed's
+    default group when initialised, :func:`env_rank`, else (0, 1). Never
+    blocks. Errors: as :func:`env_rank`."""
+    if world is not None:
+        return world.rank, world.world_size
+    w = _world._thread_world() or _world._process_world
+    if w is not None and not w.closed:
+        return w.rank, w.world_size
+    dist = _world._torch_dist()
+    if dist is not None:
+        return int(dist.get_rank()), int(dist.get_world_size())
+    return env_rank() or (0, 1)
 
 
 def rank() -> int:
-    """The rank :func:`dpl.world.current` gives, without making a world:
-    the thread's world (``threads``), the process's world once made,
-    torch.distributed's rank when initialised, ``DPL_RANK``, ``RANK``,
-    else 0. :class:`dpl.InvalidArgument` names a malformed variable."""
-    w = _world._thread_world() or _world._process_world
-    if w is not None and not w.closed:
-        return w.rank
-    dist = _world._torch_dist()
-    if dist is not None:
-        return int(dist.get_rank())
-    if "DPL_RANK" in os.environ:
-        return _env_int("DPL_RANK") or 0
-    v = _env_int("RANK")
-    return v or 0
+    """The rank of :func:`peek`: what :func:`dpl.world.current` gives,
+    without making a world."""
+    return peek()[0]
 
 
 def world_size() -> int:
-    """The world size :func:`dpl.world.current` gives, in the order of
-    :func:`rank` (``DPL_WORLD_SIZE``, ``WORLD_SIZE``, else 1)."""
-    w = _world._thread_world() or _world._process_world
-    if w is not None and not w.closed:
-        return w.world_size
-    dist = _world._torch_dist()
-    if dist is not None:
-        return int(dist.get_world_size())
-    if "DPL_RANK" in os.environ or "DPL_WORLD_SIZE" in os.environ:
-        return _env_int("DPL_WORLD_SIZE") or 1
-    return _env_int("WORLD_SIZE") or 1
+    """The world size of :func:`peek`."""
+    return peek()[1]
 
 
 # -------------------------------------------------------------- processes

@@ -83,6 +83,9 @@ extern "C" {
 /* Largest blob one rank contributes to a collective. */
 #define DPL_BOOTSTRAP_BLOB_MAX 4096
 
+/* Largest world a rendezvous admits. */
+#define DPL_BOOTSTRAP_WORLD_MAX 65536u
+
 struct dpl_bootstrap_params {
 	uint32_t rank;       /* < world_size */
 	uint32_t world_size; /* >= 1 */
@@ -116,9 +119,27 @@ DPL_EXTERN int dpl_bootstrap_open(const struct dpl_bootstrap_params *p,
 				  dpl_bootstrap **out);
 
 /*
- * dpl_bootstrap_open_env - dpl_bootstrap_open with rank, world size and
- * root read from the environment (see above). DPL_EINVAL naming the
- * variable when one is missing or malformed.
+ * dpl_bootstrap_env_rank - the rank and world size that
+ * dpl_bootstrap_open_env() joins with, read from the environment without
+ * joining: the rank from DPL_RANK, else RANK; the world size from
+ * DPL_WORLD_SIZE, else WORLD_SIZE (each variable on its own, so DPL_RANK
+ * with torchrun's WORLD_SIZE is a pair). Values are plain decimal digits
+ * (no sign, no blanks), the world size 1..DPL_BOOTSTRAP_WORLD_MAX, the rank
+ * below it.
+ * Stores both only on success. Reads the environment, so it races with
+ * a thread that changes it (getenv); otherwise any thread, no blocking.
+ * Errors: DPL_ENOENT when neither DPL_RANK nor RANK is set (no world in
+ * the environment: a caller may then run as one rank); DPL_EINVAL
+ * naming the variable and its value when the world size is missing or
+ * either is malformed, or rank/world_size is NULL.
+ */
+DPL_EXTERN int dpl_bootstrap_env_rank(uint32_t *rank, uint32_t *world_size);
+
+/*
+ * dpl_bootstrap_open_env - dpl_bootstrap_open with rank and world size
+ * as dpl_bootstrap_env_rank() reads them, and the root from the
+ * environment (see above). DPL_EINVAL naming the variable when one is
+ * missing (DPL_RANK/RANK included) or malformed.
  */
 DPL_EXTERN int dpl_bootstrap_open_env(uint32_t timeout_ms,
 				      dpl_bootstrap **out);

@@ -4,17 +4,15 @@
 
 PyTorch reads them from the process group when a stage is built. dpl.torch
 joins its world at the first step, so these are read without joining:
-:func:`peek` looks where :func:`dpl.world.current` would, in the same
-order, and never blocks. Called on the rank's thread only.
+:func:`dpl.run.peek` looks where :func:`dpl.world.current` would, in
+the same order, and never blocks. Called on the rank's thread only.
 """
 
 from __future__ import annotations
 
-import os
 from typing import TYPE_CHECKING, Any
 
-from .. import world as dpl_world
-from ._boundary import _bad
+from ..run import peek
 
 if TYPE_CHECKING:
     from .schedules import _PipelineSchedule
@@ -23,42 +21,6 @@ if TYPE_CHECKING:
 # also say how many stages a rank holds (by their dpl policy)
 _ROUNDS = ("interleaved", "interleaved-zb")
 _LOCAL = _ROUNDS + ("zbv", "dualpipev")
-
-
-def peek(world: Any = None) -> tuple[int, int]:
-    """(rank, world size) of the world a schedule would run in, without
-    joining it: ``world`` when given; else the calling thread's
-    ThreadWorld; the process's world once made; torch.distributed's
-    default group when initialised; ``DPL_RANK``/``DPL_WORLD_SIZE``, else
-    ``RANK``/``WORLD_SIZE``; else (0, 1). Raises InvalidArgument naming a
-    variable that is missing or not a valid rank or size."""
-    if world is None:
-        world = dpl_world._thread_world()
-    if world is None:
-        pw = dpl_world._process_world
-        world = pw if pw is not None and not pw.closed else None
-    if world is not None:
-        return world.rank, world.world_size
-    dist = dpl_world._torch_dist()
-    if dist is not None:
-        return dist.get_rank(), dist.get_world_size()
-    for r, n in (("DPL_RANK", "DPL_WORLD_SIZE"), ("RANK", "WORLD_SIZE")):
-        if r in os.environ:
-            rank, size = _int_env(r, n), _int_env(n, r)
-            if size < 1 or not 0 <= rank < size:
-                raise _bad(f"{r}={rank} is not a rank of {n}={size}")
-            return rank, size
-    return 0, 1
-
-
-def _int_env(name: str, other: str) -> int:
-    v = os.environ.get(name)
-    if v is None:
-        raise _bad(f"{other} is set but {name} is not")
-    try:
-        return int(v)
-    except ValueError:
-        raise _bad(f"{name}={v!r} is not an integer") from None
 
 
 def stage_to_rank(ranks: int, stages: int, v: bool) -> dict[int, int]:
@@ -80,7 +42,7 @@ def set_multi(sched: "_PipelineSchedule", v: bool) -> None:
     (the policy's placement, V when ``v``, else a loop; :func:`fixed`
     sets the one that runs), and by class ``n_local_stages``,
     ``number_of_rounds`` and ``microbatches_per_round``. Raises as
-    :func:`peek`."""
+    :func:`dpl.run.peek`."""
     rank, size = peek(sched._world)
     reps = sched._replicas
     if reps:

@@ -21,9 +21,10 @@ import torch
 from torch.utils import _pytree as pytree
 from torch.utils.hooks import RemovableHandle
 
+from ..run import peek
 from ._boundary import Layout, _bad, check_grad_metas, meta_of_output, metas_of_example
 from ._chunks import narrow, repeat
-from ._ranks import peek, stage_to_rank
+from ._ranks import stage_to_rank
 
 __all__ = ["PipelineStage", "PipelineStageInfo", "build_stage"]
 
@@ -156,7 +157,7 @@ class PipelineStage:
         """This rank in the world the stage's schedule runs in (PyTorch's
         rank in ``group``): ``world``'s when given, else where
         :func:`dpl.world.current` looks, without joining
-        (``_ranks.peek``). Raises InvalidArgument for a malformed rank
+        (:func:`dpl.run.peek`). Raises InvalidArgument for a malformed rank
         variable in the environment."""
         return peek(self.world)[0]
 
