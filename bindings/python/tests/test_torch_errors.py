@@ -22,7 +22,8 @@ def lin(a=4, b=4, dtype=torch.float64):
     (dict(stage_index=-1, num_stages=4), "(got -1)"),
     (dict(stage_index=0, num_stages=0), "num_stages must be >= 1 (got 0)"),
     (dict(stage_index="0", num_stages=2), "stage_index must be an int (got '0')"),
-    (dict(stage_index=0, num_stages=2, device="cuda:0"), "device 'cuda:0'"),
+    (dict(stage_index=0, num_stages=2, device="cuda:0"),
+     "device 'cuda:0': dpl.torch runs stages on the CPU only"),
 ])
 def test_pipeline_stage_bad_arguments(kw, needle):
     with pytest.raises(dpl.InvalidArgument) as e:

@@ -56,8 +56,8 @@ class PipelineStage:
         submodule: the ``nn.Module`` of stage ``stage_index``.
         stage_index: global stage index in [0, num_stages).
         num_stages: stages of the whole pipeline (all ranks, all chunks).
-        device: where the submodule runs (host memory devices only today:
-            "cpu").
+        device: where the submodule runs: "cpu" (dpl.torch's boundary
+            buffers are host memory; another device is refused).
         input_args: an example input (a tensor, or a tuple of them) with
             the micro-batch as first dimension; optional. dpl learns a
             stage's inputs from the stage before it, and checks them
@@ -112,8 +112,8 @@ class PipelineStage:
             raise _bad(f"stage_index must be in [0, {num_stages}) (got {stage_index})")
         dev = torch.device(device)
         if dev.type != "cpu":
-            raise _bad(f"device {device!r}: dpl.torch runs stages on the CPU today "
-                       "(the CUDA device module is not in this build)")
+            raise _bad(f"device {device!r}: dpl.torch runs stages on the CPU only "
+                       "(its boundary buffers are host memory)")
         if dw_builder is not None:
             raise _bad(f"stage {stage_index}: dw_builder is not supported: dpl.torch computes "
                        "weight gradients with autograd (pass None)")
