@@ -25,14 +25,9 @@
 #include <string.h>
 
 #include "harness.h"
+#include "sanitizer.h"
 
-#if defined(__has_feature)
-#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
-#define CONF_NO_HOOKS 1
-#endif
-#endif
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__) ||          \
-	!defined(__GLIBC__)
+#if defined(DPL_TEST_ASAN) || defined(DPL_TEST_TSAN) || !defined(__GLIBC__)
 #define CONF_NO_HOOKS 1
 #endif
 

@@ -13,16 +13,10 @@
 #include <unistd.h>
 
 #include "loopback_port.h"
+#include "sanitizer.h"
 #include "test_job_internal.h"
 
-#if defined(__SANITIZE_ADDRESS__)
-#define TJ_LSAN 1
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-#define TJ_LSAN 1
-#endif
-#endif
-#ifdef TJ_LSAN
+#ifdef DPL_TEST_ASAN
 #include <sanitizer/lsan_interface.h>
 #endif
 
@@ -655,7 +649,7 @@ void tj__rank_main(const struct tj_job *job, struct tj_shared *sh,
 		tj_close(&rk);
 	}
 	free_all(&rk);
-#ifdef TJ_LSAN
+#ifdef DPL_TEST_ASAN
 	if (job->leak_check && job->mode == TJ_PROCESSES &&
 	    __lsan_do_recoverable_leak_check() != 0)
 		tj_fail_at(&rk, NULL, 0, "rank %u leaked memory (see its "

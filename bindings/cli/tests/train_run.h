@@ -24,6 +24,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "sanitizer.h"
+
 /* The slack on top of the launcher's own bound (timeout + 1 s) before a
  * run counts as hung. */
 #define HANG_S 30.0
@@ -32,14 +34,7 @@
  * two jobs of four ranks at once on a 2-core host: a 4-rank ofi start-up
  * (provider load, address exchange, warm-up) has taken more than 5 s
  * there. Their ranks get three times the timeout. */
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
-#define TRAIN_SLOW_BUILD 1
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
-#define TRAIN_SLOW_BUILD 1
-#endif
-#endif
-#ifdef TRAIN_SLOW_BUILD
+#if defined(DPL_TEST_ASAN) || defined(DPL_TEST_TSAN)
 #define TRAIN_TIMEOUT_SCALE 3
 #else
 #define TRAIN_TIMEOUT_SCALE 1

@@ -37,7 +37,6 @@ import torch.distributed as dist  # noqa: E402
 MULTI = [n for n in CLASSES if n not in SINGLE]
 SCHED_ATTRS = ("rank", "pp_group_size", "stage_index_to_group_rank", "n_local_stages",
                "number_of_rounds", "microbatches_per_round")
-RANK_VARS = ("DPL_RANK", "DPL_WORLD_SIZE", "RANK", "WORLD_SIZE")
 
 
 @contextlib.contextmanager
@@ -51,16 +50,6 @@ def fake_group(rank: int, size: int):
         yield
     finally:
         dist.destroy_process_group()
-
-
-@pytest.fixture
-def no_rank_env(monkeypatch):
-    """No rank variables, and no process world left by an earlier test
-    (dpl.world.current() would return that one first)."""
-    for v in RANK_VARS:
-        monkeypatch.delenv(v, raising=False)
-    monkeypatch.setattr(dpl.world, "_process_world", None)
-    return monkeypatch
 
 
 def _loss(out, target):

@@ -174,9 +174,7 @@ def test_thread_world_bad_arguments():
         run.threads(0, print)
 
 
-def test_current_outside_threads_is_world_of_one(monkeypatch):
-    for k in ("DPL_RANK", "RANK", "DPL_WORLD_SIZE", "WORLD_SIZE"):
-        monkeypatch.delenv(k, raising=False)
+def test_current_outside_threads_is_world_of_one(no_rank_env):
     if world._torch_dist() is not None:
         pytest.skip("torch.distributed is initialised in this process")
     w = world.current()
@@ -189,7 +187,7 @@ def test_current_outside_threads_is_world_of_one(monkeypatch):
             assert t._ptr is not None and t._ptr.value
     finally:
         w.close()
-    monkeypatch.setenv("DPL_RANK", "x")
+    no_rank_env.setenv("DPL_RANK", "x")
     with pytest.raises(dpl.InvalidArgument, match="DPL_RANK='x'"):
         run.rank()
 
@@ -200,29 +198,23 @@ def test_current_outside_threads_is_world_of_one(monkeypatch):
     ({"WORLD_SIZE": "4"}, (0, 1)),                         # current(): a world of one
     ({}, (0, 1)),
 ])
-def test_rank_helpers_read_what_the_join_reads(env, want, monkeypatch):
-    for k in ("DPL_RANK", "RANK", "DPL_WORLD_SIZE", "WORLD_SIZE"):
-        monkeypatch.delenv(k, raising=False)
+def test_rank_helpers_read_what_the_join_reads(env, want, no_rank_env):
     for k, v in env.items():
-        monkeypatch.setenv(k, v)
+        no_rank_env.setenv(k, v)
     if world._torch_dist() is not None:
         pytest.skip("torch.distributed is initialised in this process")
-    monkeypatch.setattr(world, "_process_world", None)
     assert (run.rank(), run.world_size()) == run.peek() == want
     assert run.env_rank() == (want if env.get("DPL_RANK", env.get("RANK")) else None)
 
 
 @pytest.mark.parametrize("env", [{"DPL_RANK": " 1", "DPL_WORLD_SIZE": "2"},
                                  {"RANK": "0"}, {"RANK": "2", "WORLD_SIZE": "2"}])
-def test_rank_helpers_refuse_what_the_join_refuses(env, monkeypatch):
-    for k in ("DPL_RANK", "RANK", "DPL_WORLD_SIZE", "WORLD_SIZE"):
-        monkeypatch.delenv(k, raising=False)
+def test_rank_helpers_refuse_what_the_join_refuses(env, no_rank_env):
     for k, v in env.items():
-        monkeypatch.setenv(k, v)
-    monkeypatch.setenv("DPL_ROOT", "127.0.0.1:1")
+        no_rank_env.setenv(k, v)
+    no_rank_env.setenv("DPL_ROOT", "127.0.0.1:1")
     if world._torch_dist() is not None:
         pytest.skip("torch.distributed is initialised in this process")
-    monkeypatch.setattr(world, "_process_world", None)
     with pytest.raises(dpl.InvalidArgument) as join:
         world.BootstrapWorld.from_env(timeout=1)
     for helper in (run.rank, run.world_size, run.peek):

@@ -148,6 +148,9 @@ int dpl__bs_env_listener(unsigned port, int *fd_out)
 	return 0;
 }
 
+/* Both functions say it, with their own codes. */
+#define NO_RANK "bootstrap: neither DPL_RANK nor RANK is set"
+
 int dpl_bootstrap_env_rank(uint32_t *rank, uint32_t *world_size)
 {
 	const char *rs, *ws, *rn, *wn;
@@ -159,8 +162,7 @@ int dpl_bootstrap_env_rank(uint32_t *rank, uint32_t *world_size)
 	rs = env2("DPL_RANK", "RANK", &rn);
 	ws = env2("DPL_WORLD_SIZE", "WORLD_SIZE", &wn);
 	if (rs == NULL)
-		return dpl_set_error(DPL_ENOENT, "bootstrap: neither DPL_RANK nor "
-				  "RANK is set");
+		return dpl_set_error(DPL_ENOENT, NO_RANK);
 	if (parse_u32(rs, &r) != 0)
 		return dpl_set_error(DPL_EINVAL, "bootstrap: %s='%s' is not a "
 				  "rank (a decimal integer)", rn, rs);
@@ -187,8 +189,7 @@ int dpl_bootstrap_open_env(uint32_t timeout_ms, dpl_bootstrap **out)
 	memset(&p, 0, sizeof p);
 	rc = dpl_bootstrap_env_rank(&p.rank, &p.world_size);
 	if (rc == DPL_ENOENT)	/* the join needs a rank: a bad input here */
-		return dpl_set_error(DPL_EINVAL, "bootstrap: neither DPL_RANK nor "
-				  "RANK is set");
+		return dpl_set_error(DPL_EINVAL, NO_RANK);
 	if (rc != 0)
 		return rc;
 	/* Checked here so that its error comes before any socket is
