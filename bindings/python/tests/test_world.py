@@ -217,10 +217,11 @@ def test_rank_helpers_refuse_what_the_join_refuses(env, no_rank_env):
         pytest.skip("torch.distributed is initialised in this process")
     with pytest.raises(dpl.InvalidArgument) as join:
         world.BootstrapWorld.from_env(timeout=1)
-    for helper in (run.rank, run.world_size, run.peek):
+    for helper in (run.rank, run.world_size, run.peek, lambda: world.current(timeout=1)):
         with pytest.raises(dpl.InvalidArgument) as got:
             helper()
         assert str(got.value) == str(join.value)
+    assert world._process_world is None   # current() kept nothing
 
 
 # ----------------------------------------------------------- Transport

@@ -544,7 +544,8 @@ def current(timeout: float = 60.0) -> World:
        ``dist.is_initialized()``: a :class:`StoreWorld` over its default
        store with ``dist.get_rank()`` and ``dist.get_world_size()``;
     3. :meth:`BootstrapWorld.from_env` when ``DPL_RANK`` or ``RANK`` is in
-       the environment (``python -m dpl.run``, torchrun);
+       the environment (``python -m dpl.run``, torchrun), checked by
+       :func:`dpl.run.env_rank` (the C library's reading, as the join's);
     4. otherwise a world of one rank (a :class:`ThreadWorld` of size 1).
 
     Cases 2-4 are made once per process and returned again until closed;
@@ -563,10 +564,10 @@ def current(timeout: float = 60.0) -> World:
         if dist is not None:
             store = dist.distributed_c10d._get_default_store()
             w = StoreWorld(store, dist.get_rank(), dist.get_world_size(), timeout=t)
-        elif "DPL_RANK" in os.environ or "RANK" in os.environ:
-            w = BootstrapWorld.from_env(t)
         else:
-            w = ThreadWorld(_fresh_name(), 0, 1, timeout=t)
+            from .run import env_rank   # (dpl.run imports this module)
+            w = BootstrapWorld.from_env(t) if env_rank() is not None else \
+                ThreadWorld(_fresh_name(), 0, 1, timeout=t)
         _process_world = w
         return w
 
