@@ -18,6 +18,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -73,6 +74,7 @@ static void start_slow(struct job *j, long slow_exit_ms)
 {
 	char pids[128], err[128], timeout[16];
 	int fd;
+	pid_t parent;
 
 	memset(j, 0, sizeof *j);
 	snprintf(pids, sizeof pids, "%s/pids", dir);
@@ -80,9 +82,14 @@ static void start_slow(struct job *j, long slow_exit_ms)
 	snprintf(timeout, sizeof timeout, "%d", TIMEOUT_S);
 	cr_assert_eq(mkdir(pids, 0700), 0, "mkdir %s", pids);
 	fflush(NULL);
+	parent = getpid();
 	j->launcher = fork();
 	cr_assert_geq(j->launcher, 0);
 	if (j->launcher == 0) {
+		/* Dies with the test process (a million iterations). */
+		prctl(PR_SET_PDEATHSIG, SIGKILL);
+		if (getppid() != parent)
+			_exit(127);
 		fd = open("/dev/null", O_WRONLY);
 		dup2(fd, 1);
 		fd = open(err, O_WRONLY | O_CREAT | O_TRUNC, 0600);

@@ -19,6 +19,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -110,6 +111,7 @@ static inline void start(struct run *r, const char *args,
 {
 	char *copy, *tok, *save = NULL, *argv[64], path[128];
 	int n = 0, fd;
+	pid_t parent;
 
 	memset(r, 0, sizeof *r);
 	strcpy(r->dir, "/tmp/dpl-train-mp-XXXXXX");
@@ -125,9 +127,16 @@ static inline void start(struct run *r, const char *args,
 		argv[n++] = strcmp(tok, "%P") == 0 ? r->pids : tok;
 	argv[n] = NULL;
 	fflush(NULL);
+	parent = getpid();
 	r->pid = fork();
 	cr_assert_geq(r->pid, 0);
 	if (r->pid == 0) {
+		/* A test process killed from outside takes its run along (the
+		 * launcher's ranks die with the launcher): a run of a million
+		 * iterations would otherwise go on alone. */
+		prctl(PR_SET_PDEATHSIG, SIGKILL);
+		if (getppid() != parent)
+			_exit(127);
 		for (; env && *env; env++) {
 			const char *eq = strchr(*env, '=');
 
