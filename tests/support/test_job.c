@@ -15,10 +15,10 @@
 #include <string.h>
 #include <sys/random.h>
 #include <sys/mman.h>
-#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "procs.h"
 #include "test_job_internal.h"
 
 /* How a rank is started. */
@@ -469,8 +469,7 @@ int tj_job_run(struct tj_job *job)
 			continue;
 		}
 		if (pid == 0) {
-			prctl(PR_SET_PDEATHSIG, SIGKILL);
-			if (getppid() != parent)
+			if (!dies_with_parent(parent))
 				_exit(3);
 			tj__rank_main(job, sh, i, st->deadline_ns);
 			fflush(NULL);

@@ -18,12 +18,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
+#include "procs.h"
 #include "scratch.h"
 
 /* The ranks' per-wait timeout (--timeout) and the slack on top of the
@@ -87,8 +87,7 @@ static void start_slow(struct job *j, long slow_exit_ms)
 	cr_assert_geq(j->launcher, 0);
 	if (j->launcher == 0) {
 		/* Dies with the test process (a million iterations). */
-		prctl(PR_SET_PDEATHSIG, SIGKILL);
-		if (getppid() != parent)
+		if (!dies_with_parent(parent))
 			_exit(127);
 		fd = open("/dev/null", O_WRONLY);
 		dup2(fd, 1);
@@ -165,8 +164,6 @@ static long stat_field(pid_t pid, int field)
 	return p ? strtol(p, NULL, 10) : -1;
 }
 
-/* Every rank started and `rank` has computed for a while (its utime and
- * stime, fields 14 and 15, add up to 20 ticks): mid-run. */
 /* Training: the rank has used MID_RUN_TICKS of CPU (user + system). Its
  * start-up (loading the CUDA, cuBLAS and NCCL libraries the command links,
  * slow under ASan) takes up to about a second of CPU before the
@@ -187,13 +184,8 @@ static void wait_mid_run(struct job *j, unsigned rank)
 	long ticks = -1;
 
 	while (now_s() < end) {
-		long u = -1, sy = -1;
-
-		if ((got = read_pids(j)) == 4) {
-			u = stat_field(j->pids[rank], 14);
-			sy = stat_field(j->pids[rank], 15);
-		}
-		ticks = u < 0 || sy < 0 ? -1 : u + sy;   /* -1: unreadable */
+		got = read_pids(j);
+		ticks = got == 4 ? proc_cpu_ticks(j->pids[rank]) : -1;
 		if (ticks >= MID_RUN_TICKS)
 			return;
 		nap_ms(20);

@@ -18,7 +18,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -212,26 +211,9 @@ Test(train_mp, fail_at_ofi_stops_every_rank, .timeout = 120)
 }
 
 /* Does /proc/<pid>/stat say the process has used `ticks` of CPU? */
-static bool busy(pid_t pid, unsigned long ticks)
+static bool busy(pid_t pid, long ticks)
 {
-	char path[64], buf[1024], *p;
-	unsigned long ut = 0, st = 0;
-	FILE *f;
-	int i;
-
-	snprintf(path, sizeof path, "/proc/%ld/stat", (long)pid);
-	if ((f = fopen(path, "r")) == NULL)
-		return false;
-	buf[fread(buf, 1, sizeof buf - 1, f)] = '\0';
-	fclose(f);
-	/* utime and stime are fields 14 and 15, counted after "(comm)". */
-	if ((p = strrchr(buf, ')')) == NULL)
-		return false;
-	for (i = 0; i < 11 && p; i++)
-		p = strchr(p + 1, ' ');
-	if (p == NULL || sscanf(p, " %lu %lu", &ut, &st) != 2)
-		return false;
-	return ut + st >= ticks;
+	return proc_cpu_ticks(pid) >= ticks;
 }
 
 /* Training: rank 1 has used MID_RUN_TICKS of CPU (user + system). Its
@@ -382,7 +364,7 @@ Test(train_mp, joins_as_the_rank_a_launcher_gives, .timeout = 120)
  */
 static pid_t start_port_churn(void)
 {
-	pid_t pid;
+	pid_t parent = getpid(), pid;
 
 	fflush(NULL);
 	pid = fork();
@@ -394,7 +376,8 @@ static pid_t start_port_churn(void)
 		unsigned n = 0, cap = 8000, i = 0;
 		time_t end = time(NULL) + 300;
 
-		prctl(PR_SET_PDEATHSIG, SIGKILL);
+		if (!dies_with_parent(parent))
+			_exit(0);
 		if (getrlimit(RLIMIT_NOFILE, &rl) == 0) {
 			rl.rlim_cur = rl.rlim_max;
 			setrlimit(RLIMIT_NOFILE, &rl);

@@ -19,12 +19,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
+#include "procs.h"
 #include "sanitizer.h"
 
 /* The slack on top of the launcher's own bound (timeout + 1 s) before a
@@ -134,8 +134,7 @@ static inline void start(struct run *r, const char *args,
 		/* A test process killed from outside takes its run along (the
 		 * launcher's ranks die with the launcher): a run of a million
 		 * iterations would otherwise go on alone. */
-		prctl(PR_SET_PDEATHSIG, SIGKILL);
-		if (getppid() != parent)
+		if (!dies_with_parent(parent))
 			_exit(127);
 		for (; env && *env; env++) {
 			const char *eq = strchr(*env, '=');

@@ -71,28 +71,42 @@ def rank_fn(parts, batches, reps, V, policy, M, opt_name, opts):
     return {s: list(m.parameters()) for s, m in zip(mine, mods)}, got_losses
 
 
-def run_threads(layout, policy, M, dtype, opt_name, batch=10):
-    reps, V = LAYOUTS[layout]
-    S = len(reps) * V
-    parts = mlp(WIDTHS, S, dtype)
-    batches = data(batch, WIDTHS, ITERS, dtype)
+def train_and_compare(parts, batches, reps, V, policy, M, opt_name, opts, loss_rel):
+    """Train ``parts`` on ``batches`` through dpl.torch over threads
+    (:func:`rank_fn`) and in one process (``reference``). Asserts that the
+    micro-batch losses, summed over the last stage's replicas, match to
+    ``loss_rel`` and that every replica with a share reported its losses.
+    Returns the largest relative difference of any stage's parameters
+    and the set of stages the ranks returned."""
+    iters, batch = len(batches), batches[0][0].shape[0]
     ref_parts, ref_losses = reference(parts, batches, M, opt_name)
     results = dpl.run.threads(sum(reps), rank_fn, parts, batches, reps, V, policy, M,
-                              opt_name, policy_options(policy), timeout=120)
-    worst = 0.0
-    loss_sum = [[0.0] * M for _ in range(ITERS)]
+                              opt_name, opts, timeout=120)
+    worst, seen = 0.0, set()
+    loss_sum = [[0.0] * M for _ in range(iters)]
     for params, losses in results:
         for s, ps in params.items():
+            seen.add(s)
             worst = max(worst, max_rel_diff(ps, list(ref_parts[s].parameters())))
         for it, ls in enumerate(losses):
             for j, v in enumerate(ls):
                 loss_sum[it][j] += float(v)
     last_ranks = reps[0] if policy in V_SHAPED else reps[-1]   # V: rank 0 holds the last stage
-    assert sum(len(ls) for _, L in results for ls in L) == ITERS * M * last_ranks or \
+    assert sum(len(ls) for _, L in results for ls in L) == iters * M * last_ranks or \
         M * last_ranks > batch  # a replica with empty shares reports fewer
-    for it in range(ITERS):
+    for it in range(iters):
         for j in range(M):
-            assert loss_sum[it][j] == pytest.approx(float(ref_losses[it][j]), rel=TOL[dtype] * 10)
+            assert loss_sum[it][j] == pytest.approx(float(ref_losses[it][j]), rel=loss_rel), \
+                f"step {it} micro-batch {j}"
+    return worst, seen
+
+
+def run_threads(layout, policy, M, dtype, opt_name, batch=10):
+    reps, V = LAYOUTS[layout]
+    S = len(reps) * V
+    worst, _ = train_and_compare(mlp(WIDTHS, S, dtype), data(batch, WIDTHS, ITERS, dtype),
+                                 reps, V, policy, M, opt_name, policy_options(policy),
+                                 TOL[dtype] * 10)
     return worst
 
 

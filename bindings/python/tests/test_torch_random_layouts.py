@@ -20,13 +20,9 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-import dpl.run  # noqa: E402
+from test_torch_equality import CHUNKED, POLICIES, train_and_compare  # noqa: E402
+from torch_models import data, mlp  # noqa: E402
 
-from test_torch_equality import rank_fn  # noqa: E402
-from torch_models import V_SHAPED, data, max_rel_diff, mlp, reference  # noqa: E402
-
-ONE_STAGE = ["gpipe", "1f1b", "1f1b-comm", "bounded", "zb-h1", "zb-h2", "zb-auto"]
-TWO_STAGES = ["interleaved", "looped-bfs", "interleaved-zb", "zbv", "dualpipev"]
 SEED = 20261207
 COUNT = 120
 ITERS = 2
@@ -39,7 +35,7 @@ def draw(rng: random.Random) -> dict:
     while sum(reps) > 6:
         reps[rng.randrange(P)] = 1
     V = rng.choice([1, 1, 2]) if P > 1 else 1
-    policy = rng.choice(ONE_STAGE if V == 1 else TWO_STAGES)
+    policy = rng.choice(POLICIES if V == 1 else CHUNKED)
     S = P * V
     M = rng.randint(1, 9)
     if policy == "dualpipev" and M <= 2 * P:   # its F/B pairs need M > 2P
@@ -64,7 +60,7 @@ def _id(c: dict) -> str:
 
 def test_the_draw_reaches_what_the_grids_leave_out():
     """The sweep holds the combinations it exists for, not only easy ones."""
-    assert {c["policy"] for c in CASES} == set(ONE_STAGE + TWO_STAGES)
+    assert {c["policy"] for c in CASES} == set(POLICIES + CHUNKED)
     assert any(c["M"] < len(c["reps"]) * c["V"] for c in CASES)           # M < S
     assert any(any(c["M"] % r for r in c["reps"] if r > 1) for c in CASES)
     assert any(c["batch"] % c["M"] for c in CASES)
@@ -73,32 +69,13 @@ def test_the_draw_reaches_what_the_grids_leave_out():
     assert {c["opts"].get("cap") for c in CASES} >= {1, 2, 3}
 
 
-@pytest.mark.parametrize("case", CASES, ids=[f"{i}-{_id(c)}" for i, c in enumerate(CASES)])
-def test_random_layout_equals_one_process(case):
-    reps, V, policy, M = case["reps"], case["V"], case["policy"], case["M"]
-    S = len(reps) * V
-    seed = CASES.index(case)
-    parts = mlp(case["widths"], S, torch.float64, seed=seed)
-    batches = data(case["batch"], case["widths"], ITERS, torch.float64, seed=seed + 1000)
-    ref_parts, ref_losses = reference(parts, batches, M, case["opt"])
-    results = dpl.run.threads(sum(reps), rank_fn, parts, batches, reps, V, policy, M,
-                              case["opt"], case["opts"], timeout=60)
-    seen = set()
-    loss_sum = [[0.0] * M for _ in range(ITERS)]
-    for params, losses in results:
-        for s, ps in params.items():
-            seen.add(s)
-            worst = max_rel_diff(ps, list(ref_parts[s].parameters()))
-            assert worst <= 1e-10, f"stage {s}: parameters differ by {worst:.3g} (relative)"
-        for it, ls in enumerate(losses):
-            for j, v in enumerate(ls):
-                loss_sum[it][j] += float(v)
-    assert seen == set(range(S))
-    last_ranks = reps[0] if policy in V_SHAPED else reps[-1]
-    reported = sum(len(ls) for _, L in results for ls in L)
-    if M * last_ranks <= case["batch"]:   # else a replica with empty shares reports fewer
-        assert reported == ITERS * M * last_ranks
-    for it in range(ITERS):
-        for j in range(M):
-            assert loss_sum[it][j] == pytest.approx(float(ref_losses[it][j]), rel=1e-9), \
-                f"step {it} micro-batch {j}"
+@pytest.mark.parametrize("seed,case", list(enumerate(CASES)),
+                         ids=[f"{i}-{_id(c)}" for i, c in enumerate(CASES)])
+def test_random_layout_equals_one_process(seed, case):
+    reps, V, M = case["reps"], case["V"], case["M"]
+    worst, seen = train_and_compare(
+        mlp(case["widths"], len(reps) * V, torch.float64, seed=seed),
+        data(case["batch"], case["widths"], ITERS, torch.float64, seed=seed + 1000),
+        reps, V, case["policy"], M, case["opt"], case["opts"], 1e-9)
+    assert seen == set(range(len(reps) * V))
+    assert worst <= 1e-10, f"parameters differ by {worst:.3g} (relative)"
