@@ -6,11 +6,6 @@ replicas; SGD and Adam; f64 to 1e-10 and f32 to 1e-5 (relative)."""
 from __future__ import annotations
 
 import copy
-import json
-import os
-import subprocess
-import sys
-import textwrap
 
 import pytest
 
@@ -18,9 +13,10 @@ torch = pytest.importorskip("torch")
 
 import dpl  # noqa: E402
 import dpl.run  # noqa: E402
-from dpl.torch import PipelineStage, ScheduleDAPPLE, stage_of  # noqa: E402
+from dpl.torch import PipelineStage, ScheduleDAPPLE  # noqa: E402
 
-from torch_models import data, make_opt, max_rel_diff, mlp, reference  # noqa: E402
+from torch_models import (V_SHAPED, data, make_opt, max_rel_diff, mlp,  # noqa: E402
+                          reference, stages_of_rank)
 
 WIDTHS = [6, 16, 16, 12, 16, 10, 3]
 ITERS = 3
@@ -34,7 +30,6 @@ LAYOUTS = {
     "uneven-3-1": ([3, 1], 1),
 }
 POLICIES = ["gpipe", "1f1b", "1f1b-comm", "bounded", "zb-h1", "zb-h2", "zb-auto"]
-V_SHAPED = ("zbv", "dualpipev")   # rank r holds stages r and 2P-1-r
 
 
 def policy_options(policy):
@@ -42,10 +37,7 @@ def policy_options(policy):
 
 
 def rank_fn(parts, batches, reps, V, policy, M, opt_name, opts):
-    w = dpl.world.current()
-    P = len(reps)
-    p, _ = stage_of(w.rank, reps)
-    mine = [p, 2 * P - 1 - p] if policy in V_SHAPED else [p + k * P for k in range(V)]
+    mine = stages_of_rank(policy, reps, V, dpl.world.current().rank)
     mods = [copy.deepcopy(parts[s]) for s in mine]
     stages = [PipelineStage(m, s, len(parts)) for m, s in zip(mods, mine)]
     sched = ScheduleDAPPLE(stages if V > 1 else stages[0], M, torch.nn.MSELoss(),
