@@ -37,6 +37,8 @@
 
 #include <dpl/device.h>
 
+#include "sanitizer.h"
+
 #ifndef CONF_DEVICE_TABLE
 #error "CONF_DEVICE_TABLE names the device table under test"
 #endif
@@ -44,14 +46,6 @@
 DPL_EXTERN extern const struct dpl_device_ops CONF_DEVICE_TABLE;
 
 static const struct dpl_device_ops *ops = &CONF_DEVICE_TABLE;
-
-#if defined(__SANITIZE_ADDRESS__)
-#define CONF_ASAN 1
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-#define CONF_ASAN 1
-#endif
-#endif
 
 /* A context of the device under test, set up as the core does (zeroed
  * ctx_size bytes, then init): 0 and *out, or init's error (DPL_ENOMEM
@@ -223,7 +217,7 @@ Test(device, zero_bytes_and_a_missing_kind_are_refused)
 
 Test(device, out_of_memory_is_enomem)
 {
-#if defined(CONF_ASAN)
+#if defined(DPL_TEST_ASAN)
 	cr_skip_test("AddressSanitizer aborts on a request this large, "
 		     "before the device sees a failure");
 #else

@@ -26,6 +26,7 @@
 #include <criterion/criterion.h>
 
 #include "cli_run.h"
+#include "sanitizer.h"
 #include "scratch.h"
 
 static char dir[] = "/tmp/dpl-cli-files-XXXXXX";
@@ -482,7 +483,7 @@ Test(cli_files, a_schedule_too_large_is_refused_at_once)
 	/* Under RLIMIT_AS the limit is named: 64 x 262144 x 2 actions of
 	 * 144 bytes (built and simulated) are 4.8 GB, over 4 GiB. (Not in
 	 * an ASan build: its shadow memory does not start under 4 GiB.) */
-#ifndef __SANITIZE_ADDRESS__
+#ifndef DPL_TEST_ASAN
 	RUNX(&r, &so, "simulate", "--stages", "64", "--microbatches",
 	     "262144", "--policy", "1f1b");
 	cr_assert_eq(r.code, 2, "exit %d: %s", r.code, r.err);
