@@ -4,7 +4,6 @@
  * delays, one injected failure and a peer that looks dead.
  */
 #define _POSIX_C_SOURCE 200809L
-#include <pthread.h>
 #include <stdalign.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -14,10 +13,8 @@
 
 #include <dpl/backend.h>
 #include <dpl/transport_hook.h>
-#include <dpl/transport_load.h>
 
 #define HOOK_NONE UINT32_MAX
-#define HOOK_NAMES_MAX 32
 
 enum { OP_POST, OP_ISEND, OP_IRECV, OP_TEST };
 
@@ -40,68 +37,11 @@ struct hctx {
 	bool armed; /* the faults apply to this rank (hook.rank) */
 };
 
-static pthread_mutex_t reg_lock = PTHREAD_MUTEX_INITIALIZER;
-static const struct dpl_transport_ops *reg[HOOK_NAMES_MAX];
-static size_t nreg;
+static struct dpl_wrap_names names;
 
 int dpl_transport_hook_register(const struct dpl_transport_ops *inner)
 {
-	size_t i;
-	int rc = 0;
-
-	if (inner == NULL || inner->name == NULL)
-		return dpl_set_error(DPL_EINVAL,
-				  "hook: register needs a table with a name");
-	pthread_mutex_lock(&reg_lock);
-	for (i = 0; i < nreg && strcmp(reg[i]->name, inner->name) != 0; i++)
-		;
-	if (i < nreg)
-		reg[i] = inner;
-	else if (nreg < HOOK_NAMES_MAX)
-		reg[nreg++] = inner;
-	else
-		rc = dpl_set_error(DPL_ENOMEM, "hook: more than %d registered "
-				   "transports", HOOK_NAMES_MAX);
-	pthread_mutex_unlock(&reg_lock);
-	return rc;
-}
-
-static const struct dpl_transport_ops *registered(const char *name)
-{
-	const struct dpl_transport_ops *o = NULL;
-
-	pthread_mutex_lock(&reg_lock);
-	for (size_t i = 0; i < nreg && o == NULL; i++)
-		if (strcmp(reg[i]->name, name) == 0)
-			o = reg[i];
-	pthread_mutex_unlock(&reg_lock);
-	return o;
-}
-
-/*
- * Split `text` into the shim's parts ("hook." keys) and the inner
- * transport's, keeping each list's order; a part without '=' continues
- * the value before it (a LIST) and goes where that one went.
- */
-static void split_options(const char *text, char *mine, char *theirs)
-{
-	bool to_mine = false;
-
-	mine[0] = theirs[0] = '\0';
-	while (text != NULL && *text != '\0') {
-		size_t k = strcspn(text, ",");
-		char *dst;
-
-		if (memchr(text, '=', k) != NULL)
-			to_mine = k > 5 && strncmp(text, "hook.", 5) == 0;
-		dst = to_mine ? mine : theirs;
-		if (k > 0) {
-			if (dst[0] != '\0')
-				strcat(dst, ",");
-			strncat(dst, text, k);
-		}
-		text += k + (text[k] == ',');
-	}
+	return dpl_wrap_register(&names, "hook", inner);
 }
 
 static const char *const ops_names[] = {"post", "isend", "irecv", "test",
@@ -118,8 +58,6 @@ static int init_common(void *vctx, const struct dpl_transport_params *p,
 	char *mine = malloc(n), *theirs = malloc(n), inner[4096] = "";
 	bool have_inner = false;
 	uint32_t code = 0, op = OP_POST, only = HOOK_NONE;
-	const struct dpl_transport_ops *io = NULL;
-	struct dpl_transport_params ip = *p;
 	int rc;
 
 	memset(c, 0, sizeof *c);
@@ -129,7 +67,7 @@ static int init_common(void *vctx, const struct dpl_transport_params *p,
 		rc = dpl_set_error(DPL_ENOMEM, "hook: out of memory");
 		goto out;
 	}
-	split_options(p->options, mine, theirs);
+	dpl_wrap_split_options(p->options, "hook.", mine, theirs);
 	{
 		struct dpl_option t[] = {
 		    {"hook.inner", DPL_OPT_TEXT, inner, 0, 0, sizeof inner,
@@ -163,38 +101,9 @@ static int init_common(void *vctx, const struct dpl_transport_params *p,
 				   "(the transport to wrap) is required");
 		goto out;
 	}
-	if ((io = registered(inner)) == NULL &&
-	    (rc = dpl_transport_load(inner, &io)) != 0) {
-		rc = dpl_set_error(DPL_EINVAL, "hook: inner transport '%s' is "
-				   "neither registered nor loadable: %s",
-				   inner, dpl_last_error());
-		goto out;
-	}
-	if (io->req_size > DPL_HOOK_INNER_REQ_MAX ||
-	    !(io->caps & DPL_TRANSPORT_CAP_PEER_FAILURE) ||
-	    ((io->caps & DPL_TRANSPORT_CAP_IN_PROCESS) != 0) != threads) {
-		rc = dpl_set_error(
-			DPL_EINVAL,
-			"hook: cannot wrap '%s': %s", inner,
-			io->req_size > DPL_HOOK_INNER_REQ_MAX
-				? "its requests are larger than "
-				  "DPL_HOOK_INNER_REQ_MAX"
-			: !(io->caps & DPL_TRANSPORT_CAP_PEER_FAILURE)
-				? "it does not detect peer failure"
-			: threads ? "its ranks are processes (use "
-				    "dpl_transport_hook)"
-				  : "its ranks are threads (use "
-				    "dpl_transport_hook_threads)");
-		goto out;
-	}
-	ip.options = theirs[0] ? theirs : NULL;
-	if ((rc = dpl_transport_open(io, &ip, &c->inner)) != 0) {
-		char why[512];
-
-		c->inner = NULL;
-		snprintf(why, sizeof why, "%s", dpl_last_error());
-		dpl_set_error(rc, "hook over %s: %s", io->name, why);
-	}
+	rc = dpl_wrap_open(&names, "hook", inner, DPL_HOOK_INNER_REQ_MAX,
+			   "DPL_HOOK_INNER_REQ_MAX", threads, p, theirs,
+			   &c->inner);
 out:
 	free(mine);
 	free(theirs);

@@ -5,23 +5,18 @@
  * group, built lazily with its unique id sent over the inner transport.
  */
 #define _POSIX_C_SOURCE 200809L
-#include <pthread.h>
 #include <stdalign.h>
 #include <stddef.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include <dpl/backend.h>
 #include <dpl/device.h>
-#include <dpl/transport_load.h>
 #include <dpl/transport_nccl.h>
 
 #include "nccl_seam.h"
 
 #define NONE UINT32_MAX
-#define NAMES_MAX 32
 #define COMMS_MAX 64
 #define PREFIX "nccl."
 
@@ -60,73 +55,11 @@ void dpl__nccl_set_seam(const struct nccl_seam *s)
 	seam = s ? s : &dpl__nccl_cuda_seam;
 }
 
-static pthread_mutex_t reg_lock = PTHREAD_MUTEX_INITIALIZER;
-static const struct dpl_transport_ops *reg[NAMES_MAX];
-static size_t nreg;
+static struct dpl_wrap_names names;
 
 int dpl_transport_nccl_register(const struct dpl_transport_ops *inner)
 {
-	size_t i;
-	int rc = 0;
-
-	if (inner == NULL || inner->name == NULL)
-		return dpl_set_error(DPL_EINVAL,
-				     "nccl: register needs a table with a name");
-	pthread_mutex_lock(&reg_lock);
-	for (i = 0; i < nreg && strcmp(reg[i]->name, inner->name) != 0; i++)
-		;
-	if (i < nreg)
-		reg[i] = inner;
-	else if (nreg < NAMES_MAX)
-		reg[nreg++] = inner;
-	else
-		rc = dpl_set_error(DPL_ENOMEM, "nccl: more than %d registered "
-				   "transports", NAMES_MAX);
-	pthread_mutex_unlock(&reg_lock);
-	return rc;
-}
-
-static const struct dpl_transport_ops *registered(const char *name)
-{
-	const struct dpl_transport_ops *o = NULL;
-
-	pthread_mutex_lock(&reg_lock);
-	for (size_t i = 0; i < nreg && o == NULL; i++)
-		if (strcmp(reg[i]->name, name) == 0)
-			o = reg[i];
-	pthread_mutex_unlock(&reg_lock);
-	return o;
-}
-
-static uint64_t now_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
-
-/* Split options into the shim's ("nccl." keys) and the inner's. */
-static void split_options(const char *text, char *mine, char *theirs)
-{
-	bool to_mine = false;
-	size_t np = strlen(PREFIX);
-
-	mine[0] = theirs[0] = '\0';
-	while (text != NULL && *text != '\0') {
-		size_t k = strcspn(text, ",");
-		char *dst;
-
-		if (memchr(text, '=', k) != NULL)
-			to_mine = k > np && strncmp(text, PREFIX, np) == 0;
-		dst = to_mine ? mine : theirs;
-		if (k > 0) {
-			if (dst[0] != '\0')
-				strcat(dst, ",");
-			strncat(dst, text, k);
-		}
-		text += k + (text[k] == ',');
-	}
+	return dpl_wrap_register(&names, "nccl", inner);
 }
 
 static int init_common(void *vctx, const struct dpl_transport_params *p,
@@ -136,8 +69,6 @@ static int init_common(void *vctx, const struct dpl_transport_params *p,
 	size_t n = p->options ? strlen(p->options) + 1 : 1;
 	char *mine = malloc(n), *theirs = malloc(n), inner[4096] = "";
 	bool have_inner = false;
-	const struct dpl_transport_ops *io = NULL;
-	struct dpl_transport_params ip = *p;
 	int rc;
 
 	memset(c, 0, sizeof *c);
@@ -148,7 +79,7 @@ static int init_common(void *vctx, const struct dpl_transport_params *p,
 		rc = dpl_set_error(DPL_ENOMEM, "nccl: out of memory");
 		goto out;
 	}
-	split_options(p->options, mine, theirs);
+	dpl_wrap_split_options(p->options, PREFIX, mine, theirs);
 	{
 		struct dpl_option t[] = {
 		    {"nccl.inner", DPL_OPT_TEXT, inner, 0, 0, sizeof inner,
@@ -163,37 +94,9 @@ static int init_common(void *vctx, const struct dpl_transport_params *p,
 				   "(the point-to-point transport) is required");
 		goto out;
 	}
-	if ((io = registered(inner)) == NULL &&
-	    (rc = dpl_transport_load(inner, &io)) != 0) {
-		rc = dpl_set_error(DPL_EINVAL, "nccl: inner transport '%s' is "
-				   "neither registered nor loadable: %s",
-				   inner, dpl_last_error());
-		goto out;
-	}
-	if (io->req_size > DPL_NCCL_INNER_REQ_MAX ||
-	    !(io->caps & DPL_TRANSPORT_CAP_PEER_FAILURE) ||
-	    ((io->caps & DPL_TRANSPORT_CAP_IN_PROCESS) != 0) != threads) {
-		rc = dpl_set_error(
-			DPL_EINVAL, "nccl: cannot wrap '%s': %s", inner,
-			io->req_size > DPL_NCCL_INNER_REQ_MAX
-				? "its requests are larger than "
-				  "DPL_NCCL_INNER_REQ_MAX"
-			: !(io->caps & DPL_TRANSPORT_CAP_PEER_FAILURE)
-				? "it does not detect peer failure"
-			: threads ? "its ranks are processes (use "
-				    "dpl_transport_nccl)"
-				  : "its ranks are threads (use "
-				    "dpl_transport_nccl_threads)");
-		goto out;
-	}
-	ip.options = theirs[0] ? theirs : NULL;
-	if ((rc = dpl_transport_open(io, &ip, &c->inner)) != 0) {
-		char why[512];
-
-		c->inner = NULL;
-		snprintf(why, sizeof why, "%s", dpl_last_error());
-		dpl_set_error(rc, "nccl over %s: %s", io->name, why);
-	}
+	rc = dpl_wrap_open(&names, "nccl", inner, DPL_NCCL_INNER_REQ_MAX,
+			   "DPL_NCCL_INNER_REQ_MAX", threads, p, theirs,
+			   &c->inner);
 out:
 	free(mine);
 	free(theirs);
@@ -393,7 +296,7 @@ static int iallreduce(void *vctx, void *req, const uint32_t *group,
 	q->count = count;
 	q->dtype = dtype;
 	q->tag = tag;
-	q->deadline_ns = now_ns() + (uint64_t)c->timeout_ms * 1000000u;
+	q->deadline_ns = dpl_clock_ns() + (uint64_t)c->timeout_ms * 1000000u;
 	if ((rc = start(c, q)) != 0) {
 		c->s->event_destroy(q->event);
 		return rc;
@@ -448,7 +351,7 @@ static int test(void *vctx, void *req)
 		return dpl_transport_test(c->inner, q->inner);
 	m = &c->comms[q->slot];
 	rc = step(c, q);
-	if (rc == DPL_EAGAIN && now_ns() > q->deadline_ns) {
+	if (rc == DPL_EAGAIN && dpl_clock_ns() > q->deadline_ns) {
 		if (q->state == S_ID_SEND || q->state == S_ID_RECV)
 			dpl_transport_cancel(c->inner, q->inner);
 		drop_comm(c, m, m->comm != NULL);

@@ -2,12 +2,14 @@
  * dpl/backend.h - small tools every transport and device module needs,
  * so that no module writes its own: the monotonic clock (dpl/common.h),
  * the little-endian byte codec for wire headers (dpl/bytes.h), the "key=value,..." option parser of
- * struct dpl_transport_params.options, and the macro that declares a
- * module's plugin entry point. For backend authors; users of dpl do not
- * need it. Library dpl::backend (libdpl-backend), which
- * dpl_add_transport() and dpl_add_device() link for every module.
+ * struct dpl_transport_params.options, what a transport that wraps
+ * another one needs (dpl_wrap_*), and the macro that declares a module's
+ * plugin entry point. For backend authors; users of dpl do not need it.
+ * Library dpl::backend (libdpl-backend), which dpl_add_transport() and
+ * dpl_add_device() link for every module.
  *
- * Threads: every function here is thread-safe (no shared state).
+ * Threads: every function here is thread-safe (the wrap registries'
+ * only shared state is under one lock).
  */
 #ifndef DPL_BACKEND_H
 #define DPL_BACKEND_H
@@ -70,6 +72,66 @@ struct dpl_option {
  */
 DPL_EXTERN int dpl_options_parse(const char *module, const char *text,
 				 const struct dpl_option *table, size_t n);
+
+/*
+ * Transports that wrap another one (dpl_transport_hook, dpl_transport_nccl:
+ * their options name the inner transport and add keys of their own) share
+ * the three pieces below. `shim` is the wrapping transport's name ("hook"),
+ * which starts every message.
+ */
+
+/* Inner tables a program registered with one wrapping transport, by name:
+ * one zero-initialised static instance per wrapping module. */
+#define DPL_WRAP_NAMES_MAX 32
+struct dpl_wrap_names {
+	const struct dpl_transport_ops *ops[DPL_WRAP_NAMES_MAX];
+	size_t n;
+};
+
+/*
+ * dpl_wrap_register - make `inner` (a linked table that outlives every
+ * context opened on it) known in `names` by its name; a name registered
+ * again is replaced. Returns 0, DPL_EINVAL for NULL or a table without a
+ * name, DPL_ENOMEM past DPL_WRAP_NAMES_MAX names. Thread-safe (one lock
+ * in dpl::backend guards every instance).
+ */
+DPL_EXTERN int dpl_wrap_register(struct dpl_wrap_names *names,
+				 const char *shim,
+				 const struct dpl_transport_ops *inner);
+
+/*
+ * dpl_wrap_split_options - copy the parts of `text` ("key=value,...",
+ * NULL for none) whose key starts with `prefix` ("hook.") into `mine` and
+ * the others into `theirs`, each in order; a part without '=' continues
+ * the value before it (a LIST) and goes where that one went. `mine` and
+ * `theirs` must each hold strlen(text) + 1 bytes. Does not fail.
+ */
+DPL_EXTERN void dpl_wrap_split_options(const char *text, const char *prefix,
+				       char *mine, char *theirs);
+
+/*
+ * dpl_wrap_open - open the inner transport `inner` for the wrapping
+ * transport `shim`: the table registered in `names` under that name, else
+ * what dpl_transport_load(inner) finds. The table must fit the wrapper:
+ * requests of at most `req_max` bytes (the wrapper keeps the inner's
+ * request inside its own; `req_max_name` is the constant the message
+ * names), peer-failure detection (DPL_TRANSPORT_CAP_PEER_FAILURE), and
+ * ranks that are threads when `threads`, processes otherwise. It is
+ * opened with `p`, its options replaced by `options` (NULL or "": the
+ * inner's defaults). Blocks as the inner's init does.
+ * On success *out is the open inner transport (the caller closes it).
+ * On failure *out is NULL and the error names the shim
+ * and the inner: DPL_EINVAL for an inner neither registered nor loadable
+ * ("'x' is neither registered nor loadable: why") or unfit ("cannot wrap
+ * 'x': it does not detect peer failure"), else the inner's init error as
+ * "<shim> over <inner>: why". Thread-safe.
+ */
+DPL_EXTERN int dpl_wrap_open(const struct dpl_wrap_names *names,
+			     const char *shim, const char *inner,
+			     size_t req_max, const char *req_max_name,
+			     bool threads,
+			     const struct dpl_transport_params *p,
+			     const char *options, dpl_transport **out);
 
 /*
  * DPL_TRANSPORT_PLUGIN(table) - define the entry point a shared build of
