@@ -45,7 +45,8 @@ static inline long proc_cpu_ticks(pid_t pid)
 	fclose(f);
 	if ((p = strrchr(buf, ')')) == NULL)
 		return -1;
-	for (i = 0; i < 11 && p; i++)
+	/* the twelfth space after ')' is the one before field 14 */
+	for (i = 0; i < 12 && p; i++)
 		p = strchr(p + 1, ' ');
 	if (p == NULL || sscanf(p, " %lu %lu", &ut, &st) != 2)
 		return -1;
