@@ -1,6 +1,6 @@
 /*
  * procs.h - for tests that start processes: a child that dies with the
- * test, and the CPU a process has used.
+ * test, and a process's state and the CPU it has used.
  */
 #ifndef DPL_TEST_PROCS_H
 #define DPL_TEST_PROCS_H
@@ -27,28 +27,49 @@ static inline bool dies_with_parent(pid_t parent)
 }
 
 /*
- * User plus system CPU of `pid` in clock ticks (fields 14 and 15 of
- * /proc/PID/stat, counted after "(comm)"); -1 when they cannot be read
- * (the process is gone).
+ * /proc/PID/stat of `pid` into buf (len bytes), returning where field 3
+ * (the state) starts, after "(comm) "; NULL when it cannot be read (the
+ * process is gone).
  */
-static inline long proc_cpu_ticks(pid_t pid)
+static inline char *proc_stat(pid_t pid, char *buf, size_t len)
 {
-	char path[64], buf[1024], *p;
-	unsigned long ut, st;
+	char path[64], *p;
 	FILE *f;
-	int i;
 
 	snprintf(path, sizeof path, "/proc/%ld/stat", (long)pid);
 	if ((f = fopen(path, "r")) == NULL)
-		return -1;
-	buf[fread(buf, 1, sizeof buf - 1, f)] = '\0';
+		return NULL;
+	buf[fread(buf, 1, len - 1, f)] = '\0';
 	fclose(f);
-	if ((p = strrchr(buf, ')')) == NULL)
-		return -1;
-	/* the twelfth space after ')' is the one before field 14 */
-	for (i = 0; i < 12 && p; i++)
-		p = strchr(p + 1, ' ');
-	if (p == NULL || sscanf(p, " %lu %lu", &ut, &st) != 2)
+	if ((p = strrchr(buf, ')')) == NULL || p[1] != ' ')
+		return NULL;
+	return p + 2;
+}
+
+/* The state letter of `pid` (field 3: 'R', 'S', 'T', 'Z' ...); -1 when
+ * it cannot be read. */
+static inline int proc_state(pid_t pid)
+{
+	char buf[1024], *p = proc_stat(pid, buf, sizeof buf);
+
+	return p ? *p : -1;
+}
+
+/*
+ * User plus system CPU of `pid` in clock ticks (fields 14 and 15 of
+ * /proc/PID/stat); -1 when they cannot be read (the process is gone).
+ */
+static inline long proc_cpu_ticks(pid_t pid)
+{
+	char buf[1024], *p = proc_stat(pid, buf, sizeof buf);
+	unsigned long ut, st;
+	int i;
+
+	/* from field 3, eleven spaces on to field 14 */
+	for (i = 0; i < 11 && p; i++)
+		if ((p = strchr(p, ' ')) != NULL)
+			p++;
+	if (p == NULL || sscanf(p, "%lu %lu", &ut, &st) != 2)
 		return -1;
 	return (long)(ut + st);
 }

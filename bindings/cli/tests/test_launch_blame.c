@@ -138,32 +138,6 @@ static unsigned read_pids(struct job *j)
 	return got;
 }
 
-/* Field `field` (1-based, counted as in proc(5)) of /proc/PID/stat as a
- * number; the state (field 3) as its letter. -1 when there is none. */
-static long stat_field(pid_t pid, int field)
-{
-	char path[64], buf[1024], *p;
-	size_t n;
-	FILE *f;
-	int i;
-
-	snprintf(path, sizeof path, "/proc/%ld/stat", (long)pid);
-	if ((f = fopen(path, "r")) == NULL)
-		return -1;
-	n = fread(buf, 1, sizeof buf - 1, f);
-	fclose(f);
-	buf[n] = '\0';
-	if ((p = strrchr(buf, ')')) == NULL)
-		return -1;
-	p += 2; /* field 3 */
-	if (field == 3)
-		return *p;
-	for (i = 3; i < field && p; i++)
-		if ((p = strchr(p, ' ')) != NULL)
-			p++;
-	return p ? strtol(p, NULL, 10) : -1;
-}
-
 /* Training: the rank has used MID_RUN_TICKS of CPU (user + system). Its
  * start-up (loading the CUDA, cuBLAS and NCCL libraries the command links,
  * slow under ASan) takes up to about a second of CPU before the
@@ -248,7 +222,7 @@ static void assert_clean(const struct job *j)
 	for (i = 0; i < 4; i++)
 		cr_assert(kill(j->pids[i], 0) != 0 && errno == ESRCH,
 			  "rank %u (pid %ld) is still there (state %c)", i,
-			  (long)j->pids[i], (char)stat_field(j->pids[i], 3));
+			  (long)j->pids[i], (char)proc_state(j->pids[i]));
 	d = opendir("/dev/shm");
 	cr_assert_not_null(d);
 	while ((e = readdir(d)) != NULL)
@@ -389,13 +363,13 @@ Test(launch_blame, sigstop_then_sigcont_is_not_a_failure, .timeout = 120)
 	wait_mid_run(&j, 3);
 	cr_assert_eq(kill(j.pids[3], SIGSTOP), 0);
 	nap_ms(300);
-	cr_assert_eq(stat_field(j.pids[3], 3), 'T');
+	cr_assert_eq(proc_state(j.pids[3]), 'T');
 	cr_assert_eq(kill(j.pids[3], SIGCONT), 0);
 	end = now_s() + TIMEOUT_S + 3;
 	while (now_s() < end) {
 		for (i = 0; i < 4; i++)
 			cr_assert(kill(j.pids[i], 0) == 0 &&
-					  stat_field(j.pids[i], 3) != 'Z',
+					  proc_state(j.pids[i]) != 'Z',
 				  "rank %u ended after a stop and a continue",
 				  i);
 		cr_assert_eq(waitpid(j.launcher, NULL, WNOHANG), 0,

@@ -210,12 +210,6 @@ Test(train_mp, fail_at_ofi_stops_every_rank, .timeout = 120)
 	fail_at("ofi");
 }
 
-/* Does /proc/<pid>/stat say the process has used `ticks` of CPU? */
-static bool busy(pid_t pid, long ticks)
-{
-	return proc_cpu_ticks(pid) >= ticks;
-}
-
 /* Training: rank 1 has used MID_RUN_TICKS of CPU (user + system). Its
  * start-up (loading the CUDA, cuBLAS and NCCL libraries the command
  * links, and a transport's own, slow under ASan) takes up to about a
@@ -240,11 +234,11 @@ static void sigkill(const char *transport, const char *const *env)
 	/* Mid-training: every rank started and rank 1 has computed. */
 	end = now_s() + MID_RUN_WITHIN_S;
 	while ((read_pids(&r, pids, 4) < 4 ||
-		!busy(pids[1], MID_RUN_TICKS)) &&
+		proc_cpu_ticks(pids[1]) < MID_RUN_TICKS) &&
 	       now_s() < end)
 		nanosleep(&tick, NULL);
 	cr_assert_eq(read_pids(&r, pids, 4), 4, "ranks did not start");
-	if (!busy(pids[1], MID_RUN_TICKS)) {
+	if (proc_cpu_ticks(pids[1]) < MID_RUN_TICKS) {
 		char path[128], *err;
 
 		snprintf(path, sizeof path, "%s/err", r.dir);

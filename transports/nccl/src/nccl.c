@@ -18,7 +18,6 @@
 
 #define NONE UINT32_MAX
 #define COMMS_MAX 64
-#define PREFIX "nccl."
 
 enum { C_EMPTY, C_BUILDING, C_READY };
 enum { S_P2P, S_ID_SEND, S_ID_RECV, S_WAIT_COMM, S_RUN };
@@ -79,7 +78,7 @@ static int init_common(void *vctx, const struct dpl_transport_params *p,
 		rc = dpl_set_error(DPL_ENOMEM, "nccl: out of memory");
 		goto out;
 	}
-	dpl_wrap_split_options(p->options, PREFIX, mine, theirs);
+	dpl_wrap_split_options(p->options, "nccl.", mine, theirs);
 	{
 		struct dpl_option t[] = {
 		    {"nccl.inner", DPL_OPT_TEXT, inner, 0, 0, sizeof inner,
