@@ -256,6 +256,19 @@ static const char *env_or(const char *name, const char *dflt)
 	return v && *v ? v : dflt;
 }
 
+#ifdef DPL_HAVE_TRANSPORT_OFI
+/* "yes (provider P, fabric F, domain D)" or "no: <why>": the ofi
+ * transport's own answer for prov, any source address. */
+static void ofi_here(const char *prov, char *out, size_t size)
+{
+	char buf[256];
+	int rc = dpl_transport_ofi_probe(prov, NULL, buf, sizeof buf);
+
+	snprintf(out, size, "%s%s%s", rc == 0 ? "yes (" : "no: ", buf,
+		 rc == 0 ? ")" : "");
+}
+#endif
+
 /* What each linked transport would choose here, from its own rules. */
 static cJSON *choices(void)
 {
@@ -290,10 +303,13 @@ static cJSON *choices(void)
 					"lo (dpl's default; UCX_NET_DEVICES "
 					"unset)"));
 			free(tls);
-		} else if (strcmp(n, "ofi") == 0) {
-			char *shm = info_probe_ofi("shm");
-			char *tcp = info_probe_ofi("tcp;ofi_rxm");
+		}
+#ifdef DPL_HAVE_TRANSPORT_OFI
+		else if (strcmp(n, "ofi") == 0) {
+			char shm[320], tcp[320];
 
+			ofi_here("shm", shm, sizeof shm);
+			ofi_here("tcp;ofi_rxm", tcp, sizeof tcp);
 			snprintf(text, sizeof text, "provider %s%s; here: "
 				 "shm %s, tcp;ofi_rxm %s",
 				 env_or("FI_PROVIDER", "shm when every rank "
@@ -301,10 +317,10 @@ static cJSON *choices(void)
 					"otherwise"),
 				 getenv("FI_PROVIDER") ? " (FI_PROVIDER)"
 						       : " (dpl's default)",
-				 shm ? shm : "?", tcp ? tcp : "?");
-			free(shm);
-			free(tcp);
-		} else if (strcmp(n, "cudaipc") == 0)
+				 shm, tcp);
+		}
+#endif
+		else if (strcmp(n, "cudaipc") == 0)
 			snprintf(text, sizeof text, "shm's rings and matching; "
 				 "device memory by CUDA IPC handles");
 		else if (strcmp(n, "nccl") == 0)
@@ -316,10 +332,13 @@ static cJSON *choices(void)
 		o = cJSON_CreateObject();
 		cJSON_AddStringToObject(o, "transport", n);
 		cJSON_AddStringToObject(o, "choice", text);
-		cJSON_AddStringToObject(o, "source", "documented defaults, the "
-					"environment and the libraries' own "
-					"queries; the transport exposes no "
-					"query of its choice");
+		cJSON_AddStringToObject(o, "source", strcmp(n, "ofi") == 0
+					? "the environment and the transport's "
+					  "own probe (dpl_transport_ofi_probe)"
+					: "documented defaults, the "
+					  "environment and the libraries' own "
+					  "queries; the transport exposes no "
+					  "query of its choice");
 		cJSON_AddItemToArray(a, o);
 	}
 	return a;
@@ -452,8 +471,8 @@ static void print_text(const cJSON *root, FILE *f)
 			strcmp(r, "-") ? r : "not loadable");
 	}
 	fprintf(f, "\nwhat each transport would choose here (from its "
-		   "documented defaults and\nthe environment; no transport "
-		   "exposes a query of its choice):\n");
+		   "documented defaults and\nthe environment; ofi from its "
+		   "own probe):\n");
 	cJSON_ArrayForEach(it, cJSON_GetObjectItem(root, "choices"))
 		fprintf(f, "  %-8s %s\n", str(it, "transport"),
 			str(it, "choice"));

@@ -1,6 +1,7 @@
 /*
- * info_probe.c - libfabric and UCX asked at run time for `dpl info`,
- * reached through dlopen: the CLI links neither library for this.
+ * info_probe.c - UCX's effective settings for `dpl info`, read through
+ * dlopen: the CLI does not link UCX for this (libfabric it asks through
+ * the ofi transport's own probe).
  */
 #define _GNU_SOURCE /* open_memstream */
 #include <dlfcn.h>
@@ -10,9 +11,6 @@
 
 #include "info_probe.h"
 
-#ifdef DPL_HAVE_TRANSPORT_OFI
-#include <rdma/fabric.h>
-#endif
 #ifdef DPL_HAVE_TRANSPORT_UCX
 #include <ucp/api/ucp.h>
 #endif
@@ -25,64 +23,6 @@ static void sym(void *h, const char *name, void *fn, size_t size)
 	memset(fn, 0, size);
 	if (p)
 		memcpy(fn, &p, size);
-}
-
-char *info_probe_ofi(const char *prov)
-{
-#ifdef DPL_HAVE_TRANSPORT_OFI
-	int (*getinfo)(uint32_t, const char *, const char *, uint64_t,
-		       const struct fi_info *, struct fi_info **);
-	void (*freeinfo)(struct fi_info *);
-	struct fi_info *(*dupinfo)(const struct fi_info *);
-	const char *(*strerr)(int);
-	struct fi_info *h, *list = NULL;
-	void *lib = dlopen("libfabric.so.1", RTLD_LAZY | RTLD_LOCAL);
-	char buf[256];
-	int rc;
-
-	sym(lib, "fi_getinfo", &getinfo, sizeof getinfo);
-	sym(lib, "fi_freeinfo", &freeinfo, sizeof freeinfo);
-	sym(lib, "fi_dupinfo", &dupinfo, sizeof dupinfo);
-	sym(lib, "fi_strerror", &strerr, sizeof strerr);
-	if (!getinfo || !freeinfo || !dupinfo || !strerr) {
-		if (lib)
-			dlclose(lib);
-		return strdup("libfabric not loadable");
-	}
-	if ((h = dupinfo(NULL)) == NULL) {
-		dlclose(lib);
-		return NULL;
-	}
-	h->ep_attr->type = FI_EP_RDM;
-	h->caps = FI_TAGGED | FI_DIRECTED_RECV;
-	h->mode = FI_CONTEXT | FI_CONTEXT2;
-	h->domain_attr->mr_mode = FI_MR_LOCAL | FI_MR_VIRT_ADDR |
-				  FI_MR_ALLOCATED | FI_MR_PROV_KEY |
-				  FI_MR_ENDPOINT;
-	h->domain_attr->threading = FI_THREAD_DOMAIN;
-	h->tx_attr->msg_order = FI_ORDER_SAS;
-	h->rx_attr->msg_order = FI_ORDER_SAS;
-	h->fabric_attr->prov_name = strdup(prov);
-	rc = getinfo(FI_VERSION(FI_MAJOR_VERSION, FI_MINOR_VERSION), NULL,
-		     NULL, 0, h, &list);
-	if (rc == 0 && list)
-		snprintf(buf, sizeof buf, "yes (fabric %s, domain %s)",
-			 list->fabric_attr && list->fabric_attr->name
-			     ? list->fabric_attr->name
-			     : "?",
-			 list->domain_attr && list->domain_attr->name
-			     ? list->domain_attr->name
-			     : "?");
-	else
-		snprintf(buf, sizeof buf, "no: %s", strerr(-rc));
-	freeinfo(list);
-	freeinfo(h);
-	dlclose(lib);
-	return strdup(buf);
-#else
-	(void)prov;
-	return strdup("dpl was built without the ofi transport");
-#endif
 }
 
 char *info_probe_ucx(const char *name)

@@ -2,10 +2,12 @@
  * test_cli_info.c - `dpl info`: it runs, lists the in-process transport
  * and the host device with their ABI versions and capabilities, whether
  * each device is present here (the CUDA device, when built, names the
- * CUDA error of its absence), and its --json output parses with every
- * field it documents.
+ * CUDA error of its absence), what the ofi transport's own probe says of
+ * this host's providers, and its --json output parses with every field it
+ * documents.
  */
 #define _GNU_SOURCE
+#include <stdlib.h>
 #include <string.h>
 
 #include <cjson/cJSON.h>
@@ -45,6 +47,31 @@ Test(cli_info, text_lists_inproc_and_the_libraries)
 		cr_assert(strstr(r.out, *l), "no line for %s: %s", *l, r.out);
 	cr_assert(strstr(r.out, "would choose"), "%s", r.out);
 }
+
+#ifdef DPL_HAVE_TRANSPORT_OFI
+/* The ofi line reports the transport's probe: shm usable here, and not
+ * once FI_PROVIDER hides it, with libfabric's reason. */
+Test(cli_info, ofi_line_reports_the_transports_probe)
+{
+	struct cli_res r;
+
+	unsetenv("FI_PROVIDER");
+	RUN(&r, "info");
+	cr_assert_eq(r.code, 0, "%s", r.err);
+	cr_assert(strstr(r.out, "here: shm yes (provider shm, fabric "),
+		  "%s", r.out);
+	setenv("FI_PROVIDER", "tcp;ofi_rxm", 1);
+	RUN(&r, "info");
+	cr_assert_eq(r.code, 0, "%s", r.err);
+	cr_assert(strstr(r.out, "provider tcp;ofi_rxm (FI_PROVIDER); here: "
+				"shm no: ofi: no provider 'shm' "),
+		  "%s", r.out);
+	cr_assert(strstr(r.out, "FI_PROVIDER=tcp;ofi_rxm)"), "%s", r.out);
+	cr_assert(strstr(r.out, "tcp;ofi_rxm yes (provider tcp;ofi_rxm, "),
+		  "%s", r.out);
+	unsetenv("FI_PROVIDER");
+}
+#endif
 
 static const cJSON *named(const cJSON *arr, const char *key,
 			  const char *name)

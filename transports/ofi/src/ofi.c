@@ -192,11 +192,6 @@ static int pick_node(const struct ident *ids, uint32_t rank, char *out,
 			     "iface=<name>", rank == 0 ? 1u : 0u, ref->nip);
 }
 
-static bool is_loopback(const char *node)
-{
-	return strncmp(node, "127.", 4) == 0 || strcmp(node, "localhost") == 0;
-}
-
 static void teardown(struct ofi_ctx *c)
 {
 	uint32_t r;
@@ -233,18 +228,7 @@ static int choose_provider(const struct ofi_ctx *c, bool local,
 		src = "FI_PROVIDER";
 	} else
 		snprintf(prov, size, "%s", local ? "shm" : "tcp;ofi_rxm");
-	if (strpbrk(prov, ",^") != NULL)
-		return dpl_set_error(DPL_EINVAL,
-				     "ofi: %s='%s': dpl takes one provider "
-				     "such as tcp;ofi_rxm or shm, not a "
-				     "list", src, prov);
-	if (dpl__ofi_is_sockets(prov))
-		return dpl_set_error(DPL_ENOTSUP,
-				     "ofi: %s='%s' refused: the sockets "
-				     "provider is deprecated and unusable "
-				     "here (use tcp;ofi_rxm or shm)", src,
-				     prov);
-	return 0;
+	return dpl__ofi_provider_check(src, prov);
 }
 
 static int open_local(struct ofi_ctx *c, const struct ident *ids,
@@ -263,7 +247,7 @@ static int open_local(struct ofi_ctx *c, const struct ident *ids,
 		snprintf(node, sizeof node, "127.0.0.1");
 	else if ((rc = pick_node(ids, c->rank, node, sizeof node)) != 0)
 		return rc;
-	if (iface == NULL && is_loopback(node))
+	if (iface == NULL && dpl__ofi_is_loopback(node))
 		iface = "lo";
 	if (strncmp(prov, "shm", 3) == 0)
 		dpl__ofi_shm_sweep("/dev/shm");

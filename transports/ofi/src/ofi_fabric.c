@@ -89,6 +89,11 @@ int dpl__ofi_err(int e)
 	}
 }
 
+bool dpl__ofi_is_loopback(const char *node)
+{
+	return strncmp(node, "127.", 4) == 0 || strcmp(node, "localhost") == 0;
+}
+
 static bool is_shm(const char *prov)
 {
 	return strncmp(prov, "shm", 3) == 0 && (prov[3] == '\0' ||
@@ -177,39 +182,51 @@ static bool usable(const struct fi_info *fi)
 	       (FI_TAGGED | FI_DIRECTED_RECV);
 }
 
-int dpl__ofi_fabric_open(struct ofi_ctx *c, const char *prov,
-			 const char *node, const char *iface)
+int dpl__ofi_provider_check(const char *src, const char *prov)
 {
-	struct fi_info *h, *list = NULL, *fi;
-	struct fi_cq_attr cqa;
-	struct fi_av_attr ava;
-	bool shm = is_shm(prov);
-	const char *env = getenv("FI_PROVIDER");
-	uint64_t mr_mode;
-	size_t len;
-	int rc;
-
+	if (strpbrk(prov, ",^") != NULL)
+		return dpl_set_error(DPL_EINVAL,
+				     "ofi: %s='%s': dpl takes one provider "
+				     "such as tcp;ofi_rxm or shm, not a "
+				     "list", src, prov);
 	if (dpl__ofi_is_sockets(prov))
 		return dpl_set_error(DPL_ENOTSUP,
-				     "ofi: provider '%s' refused: the "
-				     "sockets provider is deprecated and "
-				     "unusable here (use tcp;ofi_rxm or "
-				     "shm)", prov);
+				     "ofi: %s='%s' refused: the sockets "
+				     "provider is deprecated and unusable "
+				     "here (use tcp;ofi_rxm or shm)", src,
+				     prov);
+	return 0;
+}
+
+/*
+ * The entry of libfabric's list dpl uses for prov (node and iface as for
+ * dpl__ofi_fabric_open; node NULL: any source address), a copy the
+ * caller frees with fi_freeinfo(); or an error naming why there is none.
+ */
+static int pick(const char *prov, const char *node, const char *iface,
+		struct fi_info **out)
+{
+	struct fi_info *h, *list = NULL, *fi;
+	bool shm = is_shm(prov);
+	bool pin = !shm && node != NULL;
+	const char *env = getenv("FI_PROVIDER");
+	int rc;
+
+	*out = NULL;
 	h = hints(prov, iface, shm);
 	if (h == NULL || h->fabric_attr->prov_name == NULL) {
 		fi_freeinfo(h);
 		return dpl_set_error(DPL_ENOMEM, "ofi: out of memory");
 	}
 	rc = fi_getinfo(FI_VERSION(FI_MAJOR_VERSION, FI_MINOR_VERSION),
-			shm ? NULL : node, NULL, shm ? 0 : FI_SOURCE, h, &list);
+			pin ? node : NULL, NULL, pin ? FI_SOURCE : 0, h, &list);
 	fi_freeinfo(h);
 	if (rc != 0)
 		return dpl_set_error(DPL_ENOTSUP,
 				     "ofi: no provider '%s' with RDM "
 				     "tagged messages%s%s%s%s (FI_PROVIDER="
 				     "%s): %s", prov,
-				     shm ? "" : " on ",
-				     shm ? "" : node,
+				     pin ? " on " : "", pin ? node : "",
 				     iface && *iface ? " domain " : "",
 				     iface && *iface ? iface : "",
 				     env ? env : "unset", fi_strerror(-rc));
@@ -224,10 +241,58 @@ int dpl__ofi_fabric_open(struct ofi_ctx *c, const char *prov,
 				     "vectors and inject >= %zu bytes",
 				     prov, sizeof(struct ofi_ctrl));
 	}
-	c->info = fi_dupinfo(fi);
+	*out = fi_dupinfo(fi);
 	fi_freeinfo(list);
-	if (c->info == NULL)
+	if (*out == NULL)
 		return dpl_set_error(DPL_ENOMEM, "ofi: out of memory");
+	return 0;
+}
+
+int dpl_transport_ofi_probe(const char *provider, const char *node,
+			    char *buf, size_t len)
+{
+	struct fi_info *fi;
+	const char *iface = NULL;
+	int rc;
+
+	if (buf == NULL || len == 0)
+		return dpl_set_error(DPL_EINVAL, "ofi: probe: buf is NULL or "
+				     "len is 0");
+	buf[0] = '\0';
+	if (provider == NULL || *provider == '\0')
+		rc = dpl_set_error(DPL_EINVAL, "ofi: probe: no provider "
+				   "named (NULL or empty)");
+	else if ((rc = dpl__ofi_provider_check("provider", provider)) == 0) {
+		if (node != NULL && dpl__ofi_is_loopback(node))
+			iface = "lo"; /* as init pins a loopback node */
+		rc = pick(provider, node, iface, &fi);
+	}
+	if (rc != 0) {
+		snprintf(buf, len, "%s", dpl_last_error());
+		return rc;
+	}
+	snprintf(buf, len, "provider %s, fabric %s, domain %s",
+		 fi->fabric_attr->prov_name,
+		 fi->fabric_attr->name ? fi->fabric_attr->name : "?",
+		 fi->domain_attr && fi->domain_attr->name
+		     ? fi->domain_attr->name
+		     : "?");
+	fi_freeinfo(fi);
+	return 0;
+}
+
+int dpl__ofi_fabric_open(struct ofi_ctx *c, const char *prov,
+			 const char *node, const char *iface)
+{
+	struct fi_cq_attr cqa;
+	struct fi_av_attr ava;
+	bool shm = is_shm(prov);
+	uint64_t mr_mode;
+	size_t len;
+	int rc;
+
+	if ((rc = pick(prov, node, iface, &c->info)) != 0)
+		return rc;
 	snprintf(c->prov, sizeof c->prov, "%s", c->info->fabric_attr->prov_name);
 	mr_mode = (uint64_t)c->info->domain_attr->mr_mode;
 	c->mr_local = (mr_mode & FI_MR_LOCAL) != 0 ||

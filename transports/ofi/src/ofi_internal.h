@@ -298,6 +298,12 @@ int dpl__ofi_fabric_open(struct ofi_ctx *c, const char *prov,
 			 const char *node, const char *iface);
 void dpl__ofi_fabric_close(struct ofi_ctx *c);
 bool dpl__ofi_is_sockets(const char *prov);
+/* Whether node names a loopback address (127.x, localhost). */
+bool dpl__ofi_is_loopback(const char *node);
+/* 0 when prov is one provider dpl accepts; else DPL_EINVAL for a list
+ * or an exclusion, DPL_ENOTSUP for sockets, naming src ("option
+ * provider", "FI_PROVIDER") and the value. */
+int dpl__ofi_provider_check(const char *src, const char *prov);
 int dpl__ofi_err(int fi_err);
 bool dpl__ofi_err_is_peer(int fi_err);
 

@@ -63,6 +63,8 @@
 #ifndef DPL_TRANSPORT_OFI_H
 #define DPL_TRANSPORT_OFI_H
 
+#include <stddef.h>
+
 #include <dpl/transport.h>
 
 #ifdef __cplusplus
@@ -71,6 +73,33 @@ extern "C" {
 
 /* The transport table. */
 DPL_EXTERN extern const struct dpl_transport_ops dpl_transport_ofi;
+
+/*
+ * dpl_transport_ofi_probe - whether this host's libfabric offers what
+ * init would take for `provider`: the same hints (RDM, tagged, directed
+ * receive, send-after-send order) and the same checks (2-entry send
+ * vectors, inject room for a control message, no sockets), opening
+ * nothing. `dpl info` reports through it.
+ *
+ * provider: one name as the option provider= takes it ("shm",
+ *           "tcp;ofi_rxm", ...); required.
+ * node:     IP providers' source address, as the option node= (a
+ *           loopback address also pins the domain to lo, as init
+ *           does); NULL for any address. Ignored by shm.
+ * buf, len: where the answer goes, NUL-terminated and cut to len:
+ *           "provider P, fabric F, domain D" when usable, else the
+ *           message dpl_last_error() also holds.
+ *
+ * Returns 0 when usable; DPL_EINVAL for a NULL buf, a len of 0, a NULL
+ * or empty provider, a list or an exclusion (',' '^'); DPL_ENOTSUP for
+ * the sockets provider, or when libfabric has no usable entry (FI_PROVIDER
+ * and FI_PROVIDER_PATH apply, as for init); DPL_ENOMEM.
+ *
+ * Blocking: one fi_getinfo(), which loads libfabric's providers the
+ * first time in a process (tens of milliseconds). Threads: any.
+ */
+DPL_EXTERN int dpl_transport_ofi_probe(const char *provider, const char *node,
+				       char *buf, size_t len);
 
 #ifdef __cplusplus
 }
