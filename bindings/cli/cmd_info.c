@@ -8,6 +8,7 @@
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -44,7 +45,6 @@
 #endif
 
 #include "cli.h"
-#include "info_probe.h"
 
 #define CMD "info"
 
@@ -249,13 +249,6 @@ static void add_lib(cJSON *libs, const char *name, const char *build,
 	cJSON_AddItemToArray(libs, o);
 }
 
-static const char *env_or(const char *name, const char *dflt)
-{
-	const char *v = getenv(name);
-
-	return v && *v ? v : dflt;
-}
-
 #ifdef DPL_HAVE_TRANSPORT_OFI
 /* "yes (provider P, fabric F, domain D)" or "no: <why>": the ofi
  * transport's own answer for prov, any source address. */
@@ -268,6 +261,12 @@ static void ofi_here(const char *prov, char *out, size_t size)
 		 rc == 0 ? ")" : "");
 }
 #endif
+
+/* Whether transport n answers through a probe of its own. */
+static bool probed(const char *n)
+{
+	return strcmp(n, "ofi") == 0 || strcmp(n, "ucx") == 0;
+}
 
 /* What each linked transport would choose here, from its own rules. */
 static cJSON *choices(void)
@@ -291,32 +290,34 @@ static cJSON *choices(void)
 				 DPL_SHM_DEFAULT_RING, DPL_SHM_DEFAULT_EAGER,
 				 DPL_SHM_DEFAULT_SPIN_US);
 #endif
+#ifdef DPL_HAVE_TRANSPORT_UCX
 		else if (strcmp(n, "ucx") == 0) {
-			char *tls = info_probe_ucx("TLS");
+			char here[320];
+			int rc = dpl_transport_ucx_probe(NULL, here,
+							 sizeof here);
 
-			snprintf(text, sizeof text, "UCP tag matching over "
-				 "UCX_TLS=%s%s; devices %s",
-				 tls ? tls : "?", getenv("UCX_TLS")
-						      ? " (environment)"
-						      : " (UCX's default)",
-				 env_or("UCX_NET_DEVICES",
-					"lo (dpl's default; UCX_NET_DEVICES "
-					"unset)"));
-			free(tls);
+			snprintf(text, sizeof text, "UCP tag matching; here: "
+				 "%s%s%s; UCX_TLS %s, UCX_NET_DEVICES %s",
+				 rc == 0 ? "yes (" : "no: ", here,
+				 rc == 0 ? ")" : "",
+				 getenv("UCX_TLS") ? "set" : "unset (UCX's "
+				 "default)", getenv("UCX_NET_DEVICES")
+				 ? "set" : "unset (dpl's default)");
 		}
+#endif
 #ifdef DPL_HAVE_TRANSPORT_OFI
 		else if (strcmp(n, "ofi") == 0) {
+			const char *fp = getenv("FI_PROVIDER");
+			bool set = fp != NULL && *fp != '\0';
 			char shm[320], tcp[320];
 
 			ofi_here("shm", shm, sizeof shm);
 			ofi_here("tcp;ofi_rxm", tcp, sizeof tcp);
 			snprintf(text, sizeof text, "provider %s%s; here: "
 				 "shm %s, tcp;ofi_rxm %s",
-				 env_or("FI_PROVIDER", "shm when every rank "
-					"is on this host, tcp;ofi_rxm "
-					"otherwise"),
-				 getenv("FI_PROVIDER") ? " (FI_PROVIDER)"
-						       : " (dpl's default)",
+				 set ? fp : "shm when every rank is on this "
+					    "host, tcp;ofi_rxm otherwise",
+				 set ? " (FI_PROVIDER)" : " (dpl's default)",
 				 shm, tcp);
 		}
 #endif
@@ -332,13 +333,12 @@ static cJSON *choices(void)
 		o = cJSON_CreateObject();
 		cJSON_AddStringToObject(o, "transport", n);
 		cJSON_AddStringToObject(o, "choice", text);
-		cJSON_AddStringToObject(o, "source", strcmp(n, "ofi") == 0
+		cJSON_AddStringToObject(o, "source", probed(n)
 					? "the environment and the transport's "
-					  "own probe (dpl_transport_ofi_probe)"
-					: "documented defaults, the "
-					  "environment and the libraries' own "
-					  "queries; the transport exposes no "
-					  "query of its choice");
+					  "own probe (dpl_transport_*_probe)"
+					: "documented defaults and the "
+					  "environment; the transport exposes "
+					  "no query of its choice");
 		cJSON_AddItemToArray(a, o);
 	}
 	return a;
@@ -471,8 +471,8 @@ static void print_text(const cJSON *root, FILE *f)
 			strcmp(r, "-") ? r : "not loadable");
 	}
 	fprintf(f, "\nwhat each transport would choose here (from its "
-		   "documented defaults and\nthe environment; ofi from its "
-		   "own probe):\n");
+		   "documented defaults and\nthe environment; ucx and ofi "
+		   "from their own probes):\n");
 	cJSON_ArrayForEach(it, cJSON_GetObjectItem(root, "choices"))
 		fprintf(f, "  %-8s %s\n", str(it, "transport"),
 			str(it, "choice"));

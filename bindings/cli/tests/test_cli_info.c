@@ -2,8 +2,8 @@
  * test_cli_info.c - `dpl info`: it runs, lists the in-process transport
  * and the host device with their ABI versions and capabilities, whether
  * each device is present here (the CUDA device, when built, names the
- * CUDA error of its absence), what the ofi transport's own probe says of
- * this host's providers, and its --json output parses with every field it
+ * CUDA error of its absence), what the ucx and ofi transports' own probes
+ * say of this host, and its --json output parses with every field it
  * documents.
  */
 #define _GNU_SOURCE
@@ -48,28 +48,67 @@ Test(cli_info, text_lists_inproc_and_the_libraries)
 	cr_assert(strstr(r.out, "would choose"), "%s", r.out);
 }
 
+#if defined(DPL_HAVE_TRANSPORT_UCX) || defined(DPL_HAVE_TRANSPORT_OFI)
+/* The "would choose" line of transport t in `dpl info`, run with the
+ * variable var set to value (NULL: unset). */
+static const char *choice(const char *t, const char *var, const char *value)
+{
+	static struct cli_res r;
+	static char line[2048];
+	const char *p;
+	char key[32];
+
+	cr_assert_eq(value ? setenv(var, value, 1) : unsetenv(var), 0);
+	RUN(&r, "info");
+	cr_assert_eq(r.code, 0, "%s", r.err);
+	p = strstr(r.out, "would choose here");
+	cr_assert(p, "%s", r.out);
+	snprintf(key, sizeof key, "\n  %-8s ", t);
+	p = strstr(p, key);
+	cr_assert(p, "no %s line: %s", t, r.out);
+	p += strlen(key);
+	snprintf(line, sizeof line, "%.*s", (int)strcspn(p, "\n"), p);
+	return line;
+}
+#endif
+
+#ifdef DPL_HAVE_TRANSPORT_UCX
+/* The ucx line reports the transport's probe: the context init would
+ * open (loopback by dpl's default), and why none opens. */
+Test(cli_info, ucx_line_reports_the_transports_probe)
+{
+	const char *l;
+
+	cr_assert_eq(unsetenv("UCX_NET_DEVICES"), 0);
+	l = choice("ucx", "UCX_TLS", NULL);
+	cr_assert(strncmp(l, "UCP tag matching; here: yes (UCX_TLS=", 37) ==
+			  0 &&
+		      strstr(l, ", UCX_NET_DEVICES=lo); UCX_TLS unset (UCX's "
+				"default), UCX_NET_DEVICES unset (dpl's "
+				"default)"),
+		  "%s", l);
+	l = choice("ucx", "UCX_TLS", "nosuchtransport");
+	cr_assert(strstr(l, "here: no: ucx: ucp_init with UCX_TLS="
+			    "nosuchtransport UCX_NET_DEVICES=lo: ") &&
+		      strstr(l, "; UCX_TLS set, "),
+		  "%s", l);
+}
+#endif
+
 #ifdef DPL_HAVE_TRANSPORT_OFI
 /* The ofi line reports the transport's probe: shm usable here, and not
  * once FI_PROVIDER hides it, with libfabric's reason. */
 Test(cli_info, ofi_line_reports_the_transports_probe)
 {
-	struct cli_res r;
+	const char *l = choice("ofi", "FI_PROVIDER", NULL);
 
-	unsetenv("FI_PROVIDER");
-	RUN(&r, "info");
-	cr_assert_eq(r.code, 0, "%s", r.err);
-	cr_assert(strstr(r.out, "here: shm yes (provider shm, fabric "),
-		  "%s", r.out);
-	setenv("FI_PROVIDER", "tcp;ofi_rxm", 1);
-	RUN(&r, "info");
-	cr_assert_eq(r.code, 0, "%s", r.err);
-	cr_assert(strstr(r.out, "provider tcp;ofi_rxm (FI_PROVIDER); here: "
-				"shm no: ofi: no provider 'shm' "),
-		  "%s", r.out);
-	cr_assert(strstr(r.out, "FI_PROVIDER=tcp;ofi_rxm)"), "%s", r.out);
-	cr_assert(strstr(r.out, "tcp;ofi_rxm yes (provider tcp;ofi_rxm, "),
-		  "%s", r.out);
-	unsetenv("FI_PROVIDER");
+	cr_assert(strstr(l, "here: shm yes (provider shm, fabric "), "%s", l);
+	l = choice("ofi", "FI_PROVIDER", "tcp;ofi_rxm");
+	cr_assert(strstr(l, "provider tcp;ofi_rxm (FI_PROVIDER); here: shm "
+			    "no: ofi: no provider 'shm' ") &&
+		      strstr(l, "FI_PROVIDER=tcp;ofi_rxm)") &&
+		      strstr(l, "tcp;ofi_rxm yes (provider tcp;ofi_rxm, "),
+		  "%s", l);
 }
 #endif
 

@@ -108,6 +108,21 @@ struct dpl__ucx_options {
  */
 int dpl__ucx_options_parse(const char *s, struct dpl__ucx_options *o);
 
+/* ---- ucx_setup.c: what the UCP context is opened with ----------------- */
+
+/*
+ * dpl__ucx_config - the UCP configuration init starts from: the UCX_*
+ * environment, with the options' tls and net_devices, and NET_DEVICES=lo
+ * unless the options or UCX_NET_DEVICES name devices. The caller
+ * releases *out (ucp_config_release). Returns 0, or DPL_EINVAL naming
+ * the setting UCX refused (message set).
+ */
+int dpl__ucx_config(const struct dpl__ucx_options *o, ucp_config_t **out);
+
+/* dpl__ucx_params - the UCP context parameters init uses (tag matching,
+ * wake-ups, dpl's request size, workers not shared). */
+void dpl__ucx_params(ucp_params_t *prm);
+
 /* ---- the transport's state ------------------------------------------- */
 
 /* The top four tag bits carry the message kind: 0 for the caller's

@@ -192,28 +192,57 @@ static bool tls_has_shm(const char *tls)
 	return negate ? !(posix && sysv) : (posix || sysv);
 }
 
-/* The UCP context: the user's UCX_* environment, pinned to loopback
- * unless the user chose devices, plus our options. */
+void dpl__ucx_params(ucp_params_t *prm)
+{
+	memset(prm, 0, sizeof *prm);
+	prm->field_mask = UCP_PARAM_FIELD_FEATURES |
+			  UCP_PARAM_FIELD_REQUEST_SIZE |
+			  UCP_PARAM_FIELD_MT_WORKERS_SHARED |
+			  UCP_PARAM_FIELD_ESTIMATED_NUM_EPS;
+	prm->features = UCP_FEATURE_TAG | UCP_FEATURE_WAKEUP;
+	prm->request_size = sizeof(struct recv_note);
+	prm->mt_workers_shared = 0;
+	prm->estimated_num_eps = 1;
+}
+
+int dpl__ucx_config(const struct dpl__ucx_options *o, ucp_config_t **out)
+{
+	ucp_config_t *cfg;
+	ucs_status_t st;
+	int rc = 0;
+
+	*out = NULL;
+	st = ucp_config_read(NULL, NULL, &cfg);
+	if (st != UCS_OK)
+		return dpl_set_error(DPL_EINVAL, "ucx: reading the UCX_* "
+				     "environment: %s",
+				     ucs_status_string(st));
+	if (o->tls[0] != '\0')
+		rc = config_set(cfg, "TLS", o->tls);
+	if (rc == 0 && o->net_devices[0] != '\0')
+		rc = config_set(cfg, "NET_DEVICES", o->net_devices);
+	else if (rc == 0 && getenv("UCX_NET_DEVICES") == NULL)
+		rc = config_set(cfg, "NET_DEVICES", "lo");
+	if (rc != 0) {
+		ucp_config_release(cfg);
+		return rc;
+	}
+	*out = cfg;
+	return 0;
+}
+
+/* The UCP context: dpl__ucx_config, plus the error mode's settings. */
 static int open_context(struct ctx *c)
 {
 	ucp_params_t prm;
 	ucp_config_t *cfg;
 	ucs_status_t st;
 	char ka[32];
-	int rc = 0;
+	int rc;
 
-	st = ucp_config_read(NULL, NULL, &cfg);
-	if (st != UCS_OK)
-		return dpl_set_error(DPL_EINVAL, "ucx: reading the UCX_* "
-				     "environment: %s",
-				     ucs_status_string(st));
-	if (c->opt.tls[0] != '\0')
-		rc = config_set(cfg, "TLS", c->opt.tls);
-	if (rc == 0 && c->opt.net_devices[0] != '\0')
-		rc = config_set(cfg, "NET_DEVICES", c->opt.net_devices);
-	else if (rc == 0 && getenv("UCX_NET_DEVICES") == NULL)
-		rc = config_set(cfg, "NET_DEVICES", "lo");
-	if (rc == 0 && c->opt.err_mode == DPL__UCX_ERR_PEER) {
+	if ((rc = dpl__ucx_config(&c->opt, &cfg)) != 0)
+		return rc;
+	if (c->opt.err_mode == DPL__UCX_ERR_PEER) {
 		/* posix and sysv inherit MM_ERROR_HANDLING; naming it only
 		 * when they may be selected keeps UCX from warning about an
 		 * unused setting. */
@@ -232,15 +261,7 @@ static int open_context(struct ctx *c)
 		ucp_config_release(cfg);
 		return rc;
 	}
-	memset(&prm, 0, sizeof prm);
-	prm.field_mask = UCP_PARAM_FIELD_FEATURES |
-			 UCP_PARAM_FIELD_REQUEST_SIZE |
-			 UCP_PARAM_FIELD_MT_WORKERS_SHARED |
-			 UCP_PARAM_FIELD_ESTIMATED_NUM_EPS;
-	prm.features = UCP_FEATURE_TAG | UCP_FEATURE_WAKEUP;
-	prm.request_size = sizeof(struct recv_note);
-	prm.mt_workers_shared = 0;
-	prm.estimated_num_eps = 1;
+	dpl__ucx_params(&prm);
 	st = ucp_init(&prm, cfg, &c->uc);
 	ucp_config_release(cfg);
 	if (st != UCS_OK) {

@@ -36,6 +36,8 @@
 #ifndef DPL_TRANSPORT_UCX_H
 #define DPL_TRANSPORT_UCX_H
 
+#include <stddef.h>
+
 #include <dpl/transport.h>
 
 #ifdef __cplusplus
@@ -44,6 +46,28 @@ extern "C" {
 
 /* The transport table. */
 DPL_EXTERN extern const struct dpl_transport_ops dpl_transport_ucx;
+
+/*
+ * dpl_transport_ucx_probe - the UCP context init would open with
+ * `options` (the init options above; NULL or "" for none): the same
+ * UCX_* environment, tls and net_devices, NET_DEVICES=lo unless devices
+ * are named, and the same context parameters. The context is opened and
+ * closed again; no worker, no endpoint. `dpl info` reports through it.
+ *
+ * buf, len: where the answer goes, NUL-terminated and cut to len:
+ *           "UCX_TLS=T, UCX_NET_DEVICES=D" (the values the context got,
+ *           as UCX prints its configuration) when ucp_init succeeds, else
+ *           the message dpl_last_error() also holds.
+ *
+ * Returns 0; DPL_EINVAL for a NULL buf, a len of 0, a bad option (named)
+ * or a setting UCX refuses (named); DPL_EIO when ucp_init fails (its
+ * status named), DPL_ENOMEM.
+ *
+ * Blocking: ucp_init and ucp_cleanup, which load UCX's transports and
+ * look at this host's devices (tens of milliseconds). Threads: any.
+ */
+DPL_EXTERN int dpl_transport_ucx_probe(const char *options, char *buf,
+				       size_t len);
 
 #ifdef __cplusplus
 }
