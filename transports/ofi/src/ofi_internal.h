@@ -293,7 +293,11 @@ int dpl__ofi_warmup(struct ofi_ctx *c, uint64_t deadline_ns);
 /* Options (ofi_opts.c). */
 int dpl__ofi_opts_parse(const char *s, struct ofi_opts *o);
 
-/* Fabric objects (ofi_fabric.c). */
+/* Fabric objects (ofi_fabric.c). dpl__ofi_fabric_open takes a provider
+ * that passed dpl__ofi_provider_check, the source address of IP
+ * providers (node, with FI_SOURCE) and their domain (iface, or NULL);
+ * it picks the entry dpl_transport_ofi_probe names and opens the
+ * fabric, domain, completion queue, address vector and endpoint. */
 int dpl__ofi_fabric_open(struct ofi_ctx *c, const char *prov,
 			 const char *node, const char *iface);
 void dpl__ofi_fabric_close(struct ofi_ctx *c);
