@@ -292,6 +292,8 @@ static cJSON *choices(void)
 #endif
 #ifdef DPL_HAVE_TRANSPORT_UCX
 		else if (strcmp(n, "ucx") == 0) {
+			const char *tls = getenv("UCX_TLS");
+			const char *dev = getenv("UCX_NET_DEVICES");
 			char here[320];
 			int rc = dpl_transport_ucx_probe(NULL, here,
 							 sizeof here);
@@ -300,9 +302,8 @@ static cJSON *choices(void)
 				 "%s%s%s; UCX_TLS %s, UCX_NET_DEVICES %s",
 				 rc == 0 ? "yes (" : "no: ", here,
 				 rc == 0 ? ")" : "",
-				 getenv("UCX_TLS") ? "set" : "unset (UCX's "
-				 "default)", getenv("UCX_NET_DEVICES")
-				 ? "set" : "unset (dpl's default)");
+				 tls ? "set" : "unset (UCX's default)",
+				 dev ? "set" : "unset (dpl's default)");
 		}
 #endif
 #ifdef DPL_HAVE_TRANSPORT_OFI
