@@ -249,24 +249,26 @@ static void add_lib(cJSON *libs, const char *name, const char *build,
 	cJSON_AddItemToArray(libs, o);
 }
 
-#ifdef DPL_HAVE_TRANSPORT_OFI
-/* "yes (provider P, fabric F, domain D)" or "no: <why>": the ofi
- * transport's own answer for prov, any source address. */
-static void ofi_here(const char *prov, char *out, size_t size)
+#if defined(DPL_HAVE_TRANSPORT_UCX) || defined(DPL_HAVE_TRANSPORT_OFI)
+/* A transport probe's result rc and answer as "yes (answer)" or
+ * "no: answer". */
+static void verdict(int rc, const char *answer, char *out, size_t size)
 {
-	char buf[256];
-	int rc = dpl_transport_ofi_probe(prov, NULL, buf, sizeof buf);
-
-	snprintf(out, size, "%s%s%s", rc == 0 ? "yes (" : "no: ", buf,
+	snprintf(out, size, "%s%s%s", rc == 0 ? "yes (" : "no: ", answer,
 		 rc == 0 ? ")" : "");
 }
 #endif
 
-/* Whether transport n answers through a probe of its own. */
-static bool probed(const char *n)
+#ifdef DPL_HAVE_TRANSPORT_OFI
+/* The ofi transport's own verdict on provider prov, any source address. */
+static void ofi_here(const char *prov, char *out, size_t size)
 {
-	return strcmp(n, "ofi") == 0 || strcmp(n, "ucx") == 0;
+	char buf[256];
+
+	verdict(dpl_transport_ofi_probe(prov, NULL, buf, sizeof buf), buf,
+		out, size);
 }
+#endif
 
 /* What each linked transport would choose here, from its own rules. */
 static cJSON *choices(void)
@@ -277,6 +279,7 @@ static cJSON *choices(void)
 
 	for (k = 0; linked_transports[k].name; k++) {
 		const char *n = linked_transports[k].name;
+		bool probed = false; /* by the transport's own probe */
 
 		if (strcmp(n, "inproc") == 0)
 			snprintf(text, sizeof text, "threads of one process "
@@ -294,16 +297,15 @@ static cJSON *choices(void)
 		else if (strcmp(n, "ucx") == 0) {
 			const char *tls = getenv("UCX_TLS");
 			const char *dev = getenv("UCX_NET_DEVICES");
-			char here[320];
-			int rc = dpl_transport_ucx_probe(NULL, here,
-							 sizeof here);
+			char buf[320], here[340];
 
+			verdict(dpl_transport_ucx_probe(NULL, buf, sizeof buf),
+				buf, here, sizeof here);
 			snprintf(text, sizeof text, "UCP tag matching; here: "
-				 "%s%s%s; UCX_TLS %s, UCX_NET_DEVICES %s",
-				 rc == 0 ? "yes (" : "no: ", here,
-				 rc == 0 ? ")" : "",
+				 "%s; UCX_TLS %s, UCX_NET_DEVICES %s", here,
 				 tls ? "set" : "unset (UCX's default)",
 				 dev ? "set" : "unset (dpl's default)");
+			probed = true;
 		}
 #endif
 #ifdef DPL_HAVE_TRANSPORT_OFI
@@ -320,6 +322,7 @@ static cJSON *choices(void)
 					    "host, tcp;ofi_rxm otherwise",
 				 set ? " (FI_PROVIDER)" : " (dpl's default)",
 				 shm, tcp);
+			probed = true;
 		}
 #endif
 		else if (strcmp(n, "cudaipc") == 0)
@@ -334,7 +337,7 @@ static cJSON *choices(void)
 		o = cJSON_CreateObject();
 		cJSON_AddStringToObject(o, "transport", n);
 		cJSON_AddStringToObject(o, "choice", text);
-		cJSON_AddStringToObject(o, "source", probed(n)
+		cJSON_AddStringToObject(o, "source", probed
 					? "the environment and the transport's "
 					  "own probe (dpl_transport_*_probe)"
 					: "documented defaults and the "

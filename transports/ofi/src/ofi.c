@@ -247,8 +247,6 @@ static int open_local(struct ofi_ctx *c, const struct ident *ids,
 		snprintf(node, sizeof node, "127.0.0.1");
 	else if ((rc = pick_node(ids, c->rank, node, sizeof node)) != 0)
 		return rc;
-	if (iface == NULL && dpl__ofi_is_loopback(node))
-		iface = "lo";
 	if (strncmp(prov, "shm", 3) == 0)
 		dpl__ofi_shm_sweep("/dev/shm");
 	if ((rc = dpl__ofi_fabric_open(c, prov, node, iface)) != 0)

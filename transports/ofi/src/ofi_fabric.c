@@ -89,7 +89,7 @@ int dpl__ofi_err(int e)
 	}
 }
 
-bool dpl__ofi_is_loopback(const char *node)
+static bool is_loopback(const char *node)
 {
 	return strncmp(node, "127.", 4) == 0 || strcmp(node, "localhost") == 0;
 }
@@ -200,8 +200,9 @@ int dpl__ofi_provider_check(const char *src, const char *prov)
 
 /*
  * The entry of libfabric's list dpl uses for prov (node and iface as for
- * dpl__ofi_fabric_open; node NULL: any source address), a copy the
- * caller frees with fi_freeinfo(); or an error naming why there is none.
+ * dpl__ofi_fabric_open; node NULL: any source address; a loopback node
+ * pins the domain to lo unless iface names one), a copy the caller frees
+ * with fi_freeinfo(); or an error naming why there is none.
  */
 static int pick(const char *prov, const char *node, const char *iface,
 		struct fi_info **out)
@@ -213,6 +214,8 @@ static int pick(const char *prov, const char *node, const char *iface,
 	int rc;
 
 	*out = NULL;
+	if (iface == NULL && node != NULL && is_loopback(node))
+		iface = "lo";
 	h = hints(prov, iface, shm);
 	if (h == NULL || h->fabric_attr->prov_name == NULL) {
 		fi_freeinfo(h);
@@ -252,7 +255,6 @@ int dpl_transport_ofi_probe(const char *provider, const char *node,
 			    char *buf, size_t len)
 {
 	struct fi_info *fi;
-	const char *iface = NULL;
 	int rc;
 
 	if (buf == NULL || len == 0)
@@ -262,11 +264,8 @@ int dpl_transport_ofi_probe(const char *provider, const char *node,
 	if (provider == NULL || *provider == '\0')
 		rc = dpl_set_error(DPL_EINVAL, "ofi: probe: no provider "
 				   "named (NULL or empty)");
-	else if ((rc = dpl__ofi_provider_check("provider", provider)) == 0) {
-		if (node != NULL && dpl__ofi_is_loopback(node))
-			iface = "lo"; /* as init pins a loopback node */
-		rc = pick(provider, node, iface, &fi);
-	}
+	else if ((rc = dpl__ofi_provider_check("provider", provider)) == 0)
+		rc = pick(provider, node, NULL, &fi);
 	if (rc != 0) {
 		snprintf(buf, len, "%s", dpl_last_error());
 		return rc;

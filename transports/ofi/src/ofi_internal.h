@@ -295,15 +295,14 @@ int dpl__ofi_opts_parse(const char *s, struct ofi_opts *o);
 
 /* Fabric objects (ofi_fabric.c). dpl__ofi_fabric_open takes a provider
  * that passed dpl__ofi_provider_check, the source address of IP
- * providers (node, with FI_SOURCE) and their domain (iface, or NULL);
+ * providers (node, with FI_SOURCE) and their domain (iface; NULL: lo
+ * for a loopback node, else any);
  * it picks the entry dpl_transport_ofi_probe names and opens the
  * fabric, domain, completion queue, address vector and endpoint. */
 int dpl__ofi_fabric_open(struct ofi_ctx *c, const char *prov,
 			 const char *node, const char *iface);
 void dpl__ofi_fabric_close(struct ofi_ctx *c);
 bool dpl__ofi_is_sockets(const char *prov);
-/* Whether node names a loopback address (127.x, localhost). */
-bool dpl__ofi_is_loopback(const char *node);
 /* 0 when prov is one provider dpl accepts; else DPL_EINVAL for a list
  * or an exclusion, DPL_ENOTSUP for sockets, naming src ("option
  * provider", "FI_PROVIDER") and the value. */

@@ -15,15 +15,6 @@
 #include "ofi_harness.h"
 #include "ofi_internal.h"
 
-static void run_ok(struct ofi_job *j)
-{
-	int rc = ofi_job_run(j);
-
-	cr_assert_eq(rc, 0, "%s: %s", j->provider ? j->provider : "(auto)",
-		     j->tj.report);
-	tj_job_free(&j->tj);
-}
-
 /* The probe, on the provider and node this rank opened with, answers
  * with the entry init took. */
 static void probe_matches_open(struct tj_rank *r)
@@ -55,10 +46,11 @@ static void probe_matches_open(struct tj_rank *r)
 
 OFI_TEST(probe_names_the_entry_init_took, 60)
 {
-	struct ofi_job j;
+	char buf[4096];
+	const char *why = ofi_run(prov, 1, probe_matches_open, NULL, NULL,
+				  buf, sizeof buf);
 
-	ofi_job_init(&j, prov, 1, probe_matches_open);
-	run_ok(&j);
+	cr_assert_null(why, "%s: %s", prov, why);
 }
 
 /* With FI_PROVIDER=tcp;ofi_rxm libfabric hides shm; a provider it does
@@ -92,7 +84,8 @@ Test(ofi_tcp, probe_says_why_nothing_is_usable, .timeout = 60)
 
 	ofi_job_init(&j, "tcp;ofi_rxm", 1, probe_refusals);
 	j.env[0] = "FI_PROVIDER=tcp;ofi_rxm";
-	run_ok(&j);
+	cr_assert_eq(ofi_job_run(&j), 0, "%s", j.tj.report);
+	tj_job_free(&j.tj);
 }
 
 /* Refused before libfabric is touched, so these run in the test. */
