@@ -8,9 +8,11 @@
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
+#include <errno.h>
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <cjson/cJSON.h>
 #include <dpl/device.h>
@@ -482,6 +484,34 @@ static void print_text(const cJSON *root, FILE *f)
 			str(it, "choice"));
 }
 
+/*
+ * collect() with descriptor 1 on stderr: what the libraries print while
+ * they are asked (UCX logs to stdout by default, a failing ucp_init
+ * among others) goes with the diagnostics, and stdout holds the report
+ * alone. Without a spare descriptor it collects unredirected.
+ */
+static cJSON *collect_aside(void)
+{
+	int saved, i;
+	cJSON *root;
+
+	fflush(stdout);
+	saved = dup(STDOUT_FILENO);
+	if (saved >= 0 && dup2(STDERR_FILENO, STDOUT_FILENO) < 0) {
+		close(saved);
+		saved = -1;
+	}
+	root = collect();
+	fflush(stdout);
+	if (saved >= 0) {
+		for (i = 0; i < 8 && dup2(saved, STDOUT_FILENO) < 0 &&
+			    errno == EINTR; i++)
+			;
+		close(saved);
+	}
+	return root;
+}
+
 static int run(int argc, char **argv)
 {
 	bool json = false;
@@ -494,7 +524,7 @@ static int run(int argc, char **argv)
 		else
 			return cli_unknown(CMD, argv[i]);
 	}
-	if ((root = collect()) == NULL)
+	if ((root = collect_aside()) == NULL)
 		return cli_fail(CMD, "out of memory");
 	if (json) {
 		char *text = cJSON_PrintUnformatted(root);

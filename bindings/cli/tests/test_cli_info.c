@@ -207,3 +207,28 @@ Test(cli_info, bad_flag_is_a_usage_error)
 	cr_assert_eq(r.code, 2);
 	cr_assert(strstr(r.err, "unknown argument '--verbose'"), "%s", r.err);
 }
+
+#ifdef DPL_HAVE_TRANSPORT_UCX
+/* UCX logs a failing ucp_init to stdout: --json stays one JSON document
+ * on stdout all the same, and the ucx choice says why. */
+Test(cli_info, json_stays_clean_when_ucx_complains)
+{
+	struct cli_res r;
+	const cJSON *c;
+	cJSON *root;
+
+	cr_assert_eq(setenv("UCX_TLS", "nosuchtransport", 1), 0);
+	RUN(&r, "info", "--json");
+	cr_assert_eq(r.code, 0, "%s", r.err);
+	root = cJSON_Parse(r.out);
+	cr_assert_not_null(root, "stdout is not one JSON document: %s", r.out);
+	c = named(cJSON_GetObjectItemCaseSensitive(root, "choices"),
+		  "transport", "ucx");
+	cr_assert_not_null(c);
+	cr_assert(strstr(cJSON_GetObjectItem(c, "choice")->valuestring,
+			 "here: no: ucx: ucp_init with UCX_TLS=nosuchtransport"),
+		  "%s", r.out);
+	cJSON_Delete(root);
+	unsetenv("UCX_TLS");
+}
+#endif
